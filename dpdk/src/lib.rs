@@ -1,0 +1,1 @@
+//! DPDK poll-mode engine.

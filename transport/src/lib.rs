@@ -1,0 +1,2 @@
+//! Sans-IO RoCEv2 transport.
+#![forbid(unsafe_code)]
