@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Newcomer command 2 (and what CI runs): install what droce needs, build everything, and run
+# the whole test suite: unit and golden tests, the deterministic lossy-network simulation, and
+# the DPDK end-to-end tests (net_ring, net_null, memif between two processes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-deps.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+cargo build --workspace --all-targets
+cargo test --workspace
