@@ -1,0 +1,102 @@
+/* Thin out-of-line wrappers around DPDK 22.11 static inline functions, so Rust can call them.
+ * Each wrapper is one call; burst wrappers are called once per burst, not per packet. */
+#include "shim.h"
+
+uint16_t droce_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
+                                uint16_t nb_pkts)
+{
+	return rte_eth_rx_burst(port_id, queue_id, rx_pkts, nb_pkts);
+}
+
+uint16_t droce_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                                uint16_t nb_pkts)
+{
+	return rte_eth_tx_burst(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
+uint16_t droce_rte_eth_tx_prepare(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts,
+                                  uint16_t nb_pkts)
+{
+	return rte_eth_tx_prepare(port_id, queue_id, tx_pkts, nb_pkts);
+}
+
+int droce_rte_eth_rx_queue_count(uint16_t port_id, uint16_t queue_id)
+{
+	return rte_eth_rx_queue_count(port_id, queue_id);
+}
+
+struct rte_mbuf *droce_rte_pktmbuf_alloc(struct rte_mempool *mp) { return rte_pktmbuf_alloc(mp); }
+
+int droce_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count)
+{
+	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
+}
+
+void droce_rte_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+
+void droce_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count)
+{
+	rte_pktmbuf_free_bulk(mbufs, count);
+}
+
+char *droce_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_append(m, len); }
+char *droce_rte_pktmbuf_prepend(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_prepend(m, len); }
+char *droce_rte_pktmbuf_adj(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_adj(m, len); }
+int droce_rte_pktmbuf_trim(struct rte_mbuf *m, uint16_t len) { return rte_pktmbuf_trim(m, len); }
+void *droce_rte_pktmbuf_mtod(struct rte_mbuf *m) { return rte_pktmbuf_mtod(m, void *); }
+uint16_t droce_rte_pktmbuf_headroom(const struct rte_mbuf *m) { return rte_pktmbuf_headroom(m); }
+uint16_t droce_rte_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf_tailroom(m); }
+uint16_t droce_rte_pktmbuf_data_room_size(struct rte_mempool *mp) { return rte_pktmbuf_data_room_size(mp); }
+void droce_rte_pktmbuf_reset(struct rte_mbuf *m) { rte_pktmbuf_reset(m); }
+int droce_rte_pktmbuf_is_contiguous(const struct rte_mbuf *m) { return rte_pktmbuf_is_contiguous(m); }
+
+struct rte_mbuf *droce_rte_pktmbuf_clone(struct rte_mbuf *md, struct rte_mempool *mp)
+{
+	return rte_pktmbuf_clone(md, mp);
+}
+
+uint16_t droce_rte_mbuf_refcnt_read(const struct rte_mbuf *m) { return rte_mbuf_refcnt_read(m); }
+uint16_t droce_rte_mbuf_refcnt_update(struct rte_mbuf *m, int16_t value) { return rte_mbuf_refcnt_update(m, value); }
+void droce_rte_mbuf_refcnt_set(struct rte_mbuf *m, uint16_t value) { rte_mbuf_refcnt_set(m, value); }
+int droce_rte_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m); }
+
+unsigned droce_rte_mempool_avail_count(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
+unsigned droce_rte_mempool_in_use_count(const struct rte_mempool *mp) { return rte_mempool_in_use_count(mp); }
+
+int droce_rte_errno(void) { return rte_errno; }
+void droce_rte_errno_set(int value) { rte_errno = value; }
+unsigned droce_rte_lcore_id(void) { return rte_lcore_id(); }
+unsigned droce_rte_socket_id(void) { return rte_socket_id(); }
+uint64_t droce_rte_rdtsc(void) { return rte_rdtsc(); }
+uint64_t droce_rte_rdtsc_precise(void) { return rte_rdtsc_precise(); }
+uint64_t droce_rte_get_tsc_hz(void) { return rte_get_tsc_hz(); }
+void droce_rte_pause(void) { rte_pause(); }
+
+uint64_t droce_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
+uint64_t droce_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
+uint64_t droce_tx_offload_ipv4_cksum(void) { return RTE_ETH_TX_OFFLOAD_IPV4_CKSUM; }
+uint64_t droce_tx_offload_udp_cksum(void) { return RTE_ETH_TX_OFFLOAD_UDP_CKSUM; }
+
+/* The Rust side (dpdk-sys src/lib.rs `consts`) hard-codes these flag values; keep them honest. */
+_Static_assert(RTE_ETH_RX_OFFLOAD_VLAN_STRIP == (1ULL << 0), "rx vlan strip");
+_Static_assert(RTE_ETH_RX_OFFLOAD_IPV4_CKSUM == (1ULL << 1), "rx ipv4 cksum");
+_Static_assert(RTE_ETH_RX_OFFLOAD_UDP_CKSUM == (1ULL << 2), "rx udp cksum");
+_Static_assert(RTE_ETH_RX_OFFLOAD_TCP_CKSUM == (1ULL << 3), "rx tcp cksum");
+_Static_assert(RTE_ETH_RX_OFFLOAD_SCATTER == (1ULL << 13), "rx scatter");
+_Static_assert(RTE_ETH_RX_OFFLOAD_RSS_HASH == (1ULL << 19), "rx rss hash");
+_Static_assert(RTE_ETH_TX_OFFLOAD_VLAN_INSERT == (1ULL << 0), "tx vlan insert");
+_Static_assert(RTE_ETH_TX_OFFLOAD_IPV4_CKSUM == (1ULL << 1), "tx ipv4 cksum");
+_Static_assert(RTE_ETH_TX_OFFLOAD_UDP_CKSUM == (1ULL << 2), "tx udp cksum");
+_Static_assert(RTE_ETH_TX_OFFLOAD_TCP_CKSUM == (1ULL << 3), "tx tcp cksum");
+_Static_assert(RTE_ETH_TX_OFFLOAD_MULTI_SEGS == (1ULL << 15), "tx multi segs");
+_Static_assert(RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE == (1ULL << 16), "tx mbuf fast free");
+_Static_assert(RTE_MBUF_F_TX_IPV4 == (1ULL << 55), "mbuf tx ipv4");
+_Static_assert(RTE_MBUF_F_TX_IP_CKSUM == (1ULL << 54), "mbuf tx ip cksum");
+_Static_assert(RTE_MBUF_F_TX_UDP_CKSUM == (3ULL << 52), "mbuf tx udp cksum");
+_Static_assert(RTE_MBUF_F_RX_IP_CKSUM_MASK == ((1ULL << 4) | (1ULL << 7)), "rx ip cksum mask");
+_Static_assert(RTE_MBUF_F_RX_IP_CKSUM_GOOD == (1ULL << 7), "rx ip cksum good");
+_Static_assert(RTE_MBUF_F_RX_IP_CKSUM_BAD == (1ULL << 4), "rx ip cksum bad");
+_Static_assert(RTE_MBUF_F_RX_L4_CKSUM_MASK == ((1ULL << 3) | (1ULL << 8)), "rx l4 cksum mask");
+_Static_assert(RTE_MBUF_F_RX_L4_CKSUM_GOOD == (1ULL << 8), "rx l4 cksum good");
+_Static_assert(RTE_MBUF_F_RX_L4_CKSUM_BAD == (1ULL << 3), "rx l4 cksum bad");
+_Static_assert(RTE_ETH_MQ_RX_NONE == 0, "mq rx none");
