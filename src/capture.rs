@@ -1,0 +1,127 @@
+//! Output capture around `rte_eal_init`.
+//!
+//! EAL writes its messages with `printf` to stdout (its usage text too) and to stderr before its
+//! log is set up. On failure, droce-pmd must print one clear line instead of that flood, so the
+//! two file descriptors are pointed at an unlinked temporary file while EAL initialises; the
+//! text is then echoed (success) or mined for the reason (failure).
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+
+extern "C" {
+    // glibc's FILE* for fflush(NULL) is not needed: fflush(NULL) flushes every C stream.
+    fn fflush(stream: *mut libc::FILE) -> libc::c_int;
+}
+
+/// Runs `f` with fds 1 and 2 redirected into a temporary file; returns `f`'s result and what
+/// was written. If the redirection cannot be set up, `f` runs uncaptured.
+pub fn capture_stdio<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let path = std::env::temp_dir().join(format!("droce-pmd-eal-{}.log", std::process::id()));
+    let file = match File::options().read(true).write(true).create(true).truncate(true).open(&path) {
+        Ok(file) => file,
+        Err(_) => return (f(), String::new()),
+    };
+    let _ = std::fs::remove_file(&path);
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: dup/dup2/close on fds this process owns; fflush(NULL) flushes C stdio buffers so
+    // that nothing written before or during the capture lands on the wrong side of the switch.
+    let saved = unsafe {
+        fflush(std::ptr::null_mut());
+        let out = libc::dup(1);
+        let err = libc::dup(2);
+        if out < 0 || err < 0 {
+            if out >= 0 {
+                libc::close(out);
+            }
+            if err >= 0 {
+                libc::close(err);
+            }
+            None
+        } else {
+            libc::dup2(file.as_raw_fd(), 1);
+            libc::dup2(file.as_raw_fd(), 2);
+            Some((out, err))
+        }
+    };
+    let r = f();
+    if let Some((out, err)) = saved {
+        // SAFETY: restores the fds saved above and closes the copies.
+        unsafe {
+            fflush(std::ptr::null_mut());
+            libc::dup2(out, 1);
+            libc::dup2(err, 2);
+            libc::close(out);
+            libc::close(err);
+        }
+    }
+    let mut text = String::new();
+    let mut file = file;
+    if file.seek(SeekFrom::Start(0)).is_ok() {
+        let mut bytes = Vec::new();
+        let _ = file.read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    (r, text)
+}
+
+/// Makes one line out of EAL's failure output: the most telling message, plus what to do.
+pub fn eal_failure_line(log: &str, fallback: &str) -> String {
+    let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let find = |pat: &str| lines.iter().find(|l| l.contains(pat)).map(|l| l.trim_start_matches("EAL: ").to_string());
+    if let Some(l) = find("failed to parse device").or_else(|| find("Unable to parse device")) {
+        return format!(
+            "EAL could not create a device ({l}); check the --vdev driver name and its key=value arguments, \
+             e.g. --vdev=net_ring0, --vdev=net_null0, --vdev=net_memif0,role=server,socket=/tmp/memif.sock"
+        );
+    }
+    if let Some(l) = find("Cannot create lock").or_else(|| find("Is another primary process running")) {
+        return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME (and --no-shconf)");
+    }
+    if let Some(l) = find("Cannot get hugepage information").or_else(|| find("No free 2048 kB hugepages")).or_else(|| find("hugepage")) {
+        return format!("EAL found no usable hugepages ({l}); add --no-huge -m 512 or reserve hugepages (see conf/real-nic.conf)");
+    }
+    if let Some(l) = find("Cannot allocate memory").or_else(|| find("Cannot init memory")) {
+        return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
+    }
+    if let Some(l) = find("lcore").filter(|l| l.contains("not") || l.contains("invalid") || l.contains("unavailable")) {
+        return format!("EAL rejected the core list ({l}); use cores that exist on this machine, e.g. -l 0-{}", available_cpus().saturating_sub(1));
+    }
+    if let Some(l) = find("probe").filter(|l| l.contains("fail")).or_else(|| find("failed")).or_else(|| find("Error")) {
+        return format!("EAL initialisation failed: {l} ({fallback})");
+    }
+    format!("EAL initialisation failed ({fallback})")
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_eal_failures() {
+        let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: failed to parse device \"net_bogus0\"\nEAL: Unable to parse device 'net_bogus0'\n", "x");
+        assert!(l.contains("net_bogus0") && l.contains("--vdev=net_ring0"), "{l}");
+        assert!(!l.contains('\n'));
+        let l = eal_failure_line("EAL: Cannot create lock on '/var/run/dpdk/rte/config'. Is another primary process running?\n", "x");
+        assert!(l.contains("--file-prefix"), "{l}");
+        let l = eal_failure_line("", "Invalid argument");
+        assert_eq!(l, "EAL initialisation failed (Invalid argument)");
+    }
+
+    #[test]
+    fn capture_roundtrip() {
+        let (v, text) = capture_stdio(|| {
+            // SAFETY: writing a static buffer to fd 1.
+            unsafe { libc::write(1, b"hello from fd1\n".as_ptr().cast(), 15) };
+            7
+        });
+        assert_eq!(v, 7);
+        assert!(text.contains("hello from fd1"), "{text:?}");
+    }
+}
