@@ -1,2 +1,3 @@
 //! Sans-IO RoCEv2 transport.
 #![forbid(unsafe_code)]
+pub mod cm;
