@@ -1,3 +1,7 @@
 //! Sans-IO RoCEv2 transport.
 #![forbid(unsafe_code)]
+
+pub mod types;
+pub use types::*;
+pub mod wire;
 pub mod cm;

@@ -1,0 +1,58 @@
+//! RoCEv2 wire formats: zero-copy header views (`*Packet<T>`) and plain records (`*Repr`),
+//! after smoltcp's `wire` module (STYLE.md §1), plus the whole-frame record [`RoceRepr`] and
+//! the ICRC.
+//!
+//! A RoCEv2 frame is Ethernet / IPv4 or IPv6 / UDP (dst 4791) / BTH / extension headers /
+//! payload / pad / ICRC (IBA annex A17).
+
+use core::fmt;
+use core::ops::Range;
+
+pub mod arp;
+pub mod aeth;
+pub mod atomic_ack_eth;
+pub mod atomic_eth;
+pub mod bth;
+pub(crate) mod checksum;
+pub mod deth;
+pub mod eth;
+pub mod icrc;
+pub mod ieth;
+pub mod immdt;
+pub mod ipv4;
+pub mod ipv6;
+pub mod opcode;
+pub mod reth;
+mod roce;
+pub mod udp;
+
+pub use aeth::{AethPacket, AethRepr, AethSyndrome, NakCode, CREDITS_UNLIMITED};
+pub use arp::{ArpOperation, ArpPacket, ArpRepr};
+pub use atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr};
+pub use atomic_eth::{AtomicEthPacket, AtomicEthRepr};
+pub use bth::{BthPacket, BthRepr};
+pub use deth::{DethPacket, DethRepr};
+pub use eth::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
+pub use ipv4::{Ipv4Packet, Ipv4Repr};
+pub use ipv6::{Ipv6Packet, Ipv6Repr};
+pub use opcode::{ExtHeader, ExtHeaders, OpInfo, Opcode, Operation, Position, TransportClass};
+pub use reth::{RethPacket, RethRepr};
+pub use roce::{finish_frame, IpRepr, RoceRepr, CNP_RESERVED_LEN};
+pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
+
+/// A byte range inside a header.
+type Field = Range<usize>;
+
+/// A malformed, truncated, unsupported or corrupted packet: drop it and count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Error;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("malformed packet")
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = core::result::Result<T, Error>;

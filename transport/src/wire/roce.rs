@@ -1,0 +1,543 @@
+//! A whole RoCEv2 frame: [`RoceRepr`] (all headers as plain data) and the ICRC trailer.
+
+use super::aeth::{AethPacket, AethRepr};
+use super::atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr};
+use super::atomic_eth::{AtomicEthPacket, AtomicEthRepr};
+use super::bth::{BthPacket, BthRepr};
+use super::deth::{DethPacket, DethRepr};
+use super::eth::{self, EtherType, EthernetFrame, EthernetRepr};
+use super::icrc::{self, ICRC_LEN};
+use super::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use super::ipv6::{self, Ipv6Packet, Ipv6Repr};
+use super::opcode::{ExtHeader, OpInfo};
+use super::reth::{RethPacket, RethRepr};
+use super::udp::{self, UdpPacket, UdpRepr, ROCE_V2_PORT};
+use super::{ieth, immdt, Error, Result};
+use crate::types::{Gid, Rkey};
+use core::ops::Range;
+use std::net::IpAddr;
+
+/// Length of the reserved block after the BTH of a CNP (RoCEv2 annex A17.9.3).
+pub const CNP_RESERVED_LEN: usize = 16;
+
+/// The IP header of a RoCEv2 frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpRepr {
+    Ipv4(Ipv4Repr),
+    Ipv6(Ipv6Repr),
+}
+
+impl IpRepr {
+    /// The IP header RoCEv2 uses between two GIDs: IPv4 (DF set, identification 0) when both
+    /// are IPv4-mapped, IPv6 when neither is. `traffic_class` is the IPv6 traffic class or the
+    /// IPv4 TOS byte (DSCP << 2 | ECN). Mixing the two kinds is an error.
+    pub fn from_gids(src: Gid, dst: Gid, traffic_class: u8, hop_limit: u8, flow_label: u32) -> Result<IpRepr> {
+        match (src.to_ipv4(), dst.to_ipv4()) {
+            (Some(s), Some(d)) => Ok(IpRepr::Ipv4(Ipv4Repr {
+                src_addr: s,
+                dst_addr: d,
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: 0,
+                dscp: traffic_class >> 2,
+                ecn: traffic_class & 0x03,
+                ident: 0,
+                dont_frag: true,
+                hop_limit,
+            })),
+            (None, None) => Ok(IpRepr::Ipv6(Ipv6Repr {
+                src_addr: src.to_ipv6(),
+                dst_addr: dst.to_ipv6(),
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: 0,
+                traffic_class,
+                flow_label: flow_label & 0x000f_ffff,
+                hop_limit,
+            })),
+            _ => Err(Error),
+        }
+    }
+    pub fn src_addr(&self) -> IpAddr {
+        match self {
+            IpRepr::Ipv4(r) => IpAddr::V4(r.src_addr),
+            IpRepr::Ipv6(r) => IpAddr::V6(r.src_addr),
+        }
+    }
+    pub fn dst_addr(&self) -> IpAddr {
+        match self {
+            IpRepr::Ipv4(r) => IpAddr::V4(r.dst_addr),
+            IpRepr::Ipv6(r) => IpAddr::V6(r.dst_addr),
+        }
+    }
+    /// Source GID (IPv4-mapped for IPv4).
+    pub fn src_gid(&self) -> Gid {
+        match self {
+            IpRepr::Ipv4(r) => Gid::from_ipv4(r.src_addr),
+            IpRepr::Ipv6(r) => Gid::from_ipv6(r.src_addr),
+        }
+    }
+    /// Destination GID (IPv4-mapped for IPv4).
+    pub fn dst_gid(&self) -> Gid {
+        match self {
+            IpRepr::Ipv4(r) => Gid::from_ipv4(r.dst_addr),
+            IpRepr::Ipv6(r) => Gid::from_ipv6(r.dst_addr),
+        }
+    }
+    pub const fn header_len(&self) -> usize {
+        match self {
+            IpRepr::Ipv4(_) => ipv4::HEADER_LEN,
+            IpRepr::Ipv6(_) => ipv6::HEADER_LEN,
+        }
+    }
+    pub const fn payload_len(&self) -> usize {
+        match self {
+            IpRepr::Ipv4(r) => r.payload_len,
+            IpRepr::Ipv6(r) => r.payload_len,
+        }
+    }
+    pub fn set_payload_len(&mut self, n: usize) {
+        match self {
+            IpRepr::Ipv4(r) => r.payload_len = n,
+            IpRepr::Ipv6(r) => r.payload_len = n,
+        }
+    }
+    /// IPv4 TOS byte or IPv6 traffic class; the low two bits are the ECN field.
+    pub const fn traffic_class(&self) -> u8 {
+        match self {
+            IpRepr::Ipv4(r) => (r.dscp << 2) | (r.ecn & 3),
+            IpRepr::Ipv6(r) => r.traffic_class,
+        }
+    }
+    pub const fn ethertype(&self) -> EtherType {
+        match self {
+            IpRepr::Ipv4(_) => EtherType::Ipv4,
+            IpRepr::Ipv6(_) => EtherType::Ipv6,
+        }
+    }
+}
+
+/// The headers of a whole RoCEv2 frame.
+///
+/// Which extension headers a frame has is fixed by `bth.opcode` ([`super::Opcode::info`]);
+/// `parse` fills exactly those options, and `emit_headers` writes exactly those headers (a
+/// missing option is written as zeros, a superfluous one is ignored; [`RoceRepr::check`] tells
+/// the two apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RoceRepr {
+    pub eth: EthernetRepr,
+    pub ip: IpRepr,
+    pub udp: UdpRepr,
+    pub bth: BthRepr,
+    pub reth: Option<RethRepr>,
+    pub aeth: Option<AethRepr>,
+    pub deth: Option<DethRepr>,
+    pub atomic: Option<AtomicEthRepr>,
+    pub atomic_ack: Option<AtomicAckEthRepr>,
+    pub immdt: Option<u32>,
+    pub ieth: Option<Rkey>,
+}
+
+/// Bytes of pad that follow `payload_len` payload bytes (IBA 9.2.3: packets are a multiple
+/// of 4 bytes).
+pub const fn pad_len(payload_len: usize) -> usize {
+    (4 - payload_len % 4) % 4
+}
+
+impl RoceRepr {
+    /// A record with the given outer headers and BTH and no extension headers.
+    pub const fn new(eth: EthernetRepr, ip: IpRepr, udp: UdpRepr, bth: BthRepr) -> RoceRepr {
+        RoceRepr {
+            eth,
+            ip,
+            udp,
+            bth,
+            reth: None,
+            aeth: None,
+            deth: None,
+            atomic: None,
+            atomic_ack: None,
+            immdt: None,
+            ieth: None,
+        }
+    }
+
+    /// Parses a whole Ethernet frame. Returns the record and the range of the payload bytes
+    /// in `frame` (pad excluded).
+    ///
+    /// Checks: Ethernet II with IPv4 (no options, not a fragment) or IPv6 (no extension
+    /// headers) carrying UDP to port 4791; consistent IP and UDP lengths; a supported opcode;
+    /// room for the opcode's extension headers, the pad and the ICRC; a transport length that
+    /// is a multiple of 4 (IBA C9-...: pad makes it so); no payload on opcodes that carry none;
+    /// valid AETH syndrome; and the ICRC. Bytes after the IP packet (Ethernet padding of short
+    /// frames) are ignored. The IPv4 header checksum and the UDP checksum are not checked:
+    /// both are fields the ICRC treats as variant.
+    pub fn parse(frame: &[u8]) -> Result<(RoceRepr, Range<usize>)> {
+        let ef = EthernetFrame::new_checked(frame)?;
+        let eth = EthernetRepr::parse(&ef)?;
+        let l3 = eth::HEADER_LEN;
+        let (ip, ip_end) = match eth.ethertype {
+            EtherType::Ipv4 => {
+                let p = Ipv4Packet::new_checked(&frame[l3..])?;
+                let r = Ipv4Repr::parse(&p)?;
+                (IpRepr::Ipv4(r), l3 + ipv4::HEADER_LEN + r.payload_len)
+            }
+            EtherType::Ipv6 => {
+                let p = Ipv6Packet::new_checked(&frame[l3..])?;
+                let r = Ipv6Repr::parse(&p)?;
+                (IpRepr::Ipv6(r), l3 + ipv6::HEADER_LEN + r.payload_len)
+            }
+            _ => return Err(Error),
+        };
+        let next_header = match ip {
+            IpRepr::Ipv4(r) => r.next_header,
+            IpRepr::Ipv6(r) => r.next_header,
+        };
+        if next_header != ipv4::PROTOCOL_UDP {
+            return Err(Error);
+        }
+        let l4 = l3 + ip.header_len();
+        let up = UdpPacket::new_checked(&frame[l4..ip_end])?;
+        if up.len() as usize != ip_end - l4 {
+            return Err(Error);
+        }
+        let udp = UdpRepr::parse(&up)?;
+        if udp.dst_port != ROCE_V2_PORT {
+            return Err(Error);
+        }
+        let tp = l4 + udp::HEADER_LEN;
+        let bp = BthPacket::new_checked(&frame[tp..ip_end])?;
+        let bth = BthRepr::parse(&bp)?;
+        let info = bth.opcode.info();
+        let hdr_end = tp + info.header_len();
+        let icrc_at = ip_end.checked_sub(ICRC_LEN).ok_or(Error)?;
+        if icrc_at < hdr_end || (ip_end - tp) % 4 != 0 {
+            return Err(Error);
+        }
+        let pad = bth.pad_count as usize;
+        let payload_end = icrc_at.checked_sub(pad).ok_or(Error)?;
+        if payload_end < hdr_end || (!info.has_payload() && icrc_at != hdr_end) {
+            return Err(Error);
+        }
+        if !icrc::verify(&frame[l3..ip_end]) {
+            return Err(Error);
+        }
+        let ext = |h: ExtHeader| info.offset(h).map(|o| &frame[tp + o..hdr_end]);
+        let mut r = RoceRepr::new(eth, ip, udp, bth);
+        if let Some(b) = ext(ExtHeader::Reth) {
+            r.reth = Some(RethRepr::parse(&RethPacket::new_checked(b)?)?);
+        }
+        if let Some(b) = ext(ExtHeader::Aeth) {
+            r.aeth = Some(AethRepr::parse(&AethPacket::new_checked(b)?)?);
+        }
+        if let Some(b) = ext(ExtHeader::Deth) {
+            r.deth = Some(DethRepr::parse(&DethPacket::new_checked(b)?)?);
+        }
+        if let Some(b) = ext(ExtHeader::AtomicEth) {
+            r.atomic = Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(b)?)?);
+        }
+        if let Some(b) = ext(ExtHeader::AtomicAckEth) {
+            r.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(b)?)?);
+        }
+        if let Some(b) = ext(ExtHeader::ImmDt) {
+            r.immdt = Some(immdt::parse(b)?);
+        }
+        if let Some(b) = ext(ExtHeader::Ieth) {
+            r.ieth = Some(ieth::parse(b)?);
+        }
+        Ok((r, hdr_end..payload_end))
+    }
+
+    /// Checks that exactly the extension headers the opcode calls for are present.
+    pub fn check(&self) -> Result<()> {
+        let i = self.bth.opcode.info();
+        let ok = i.has_reth() == self.reth.is_some()
+            && i.has_aeth() == self.aeth.is_some()
+            && i.has_deth() == self.deth.is_some()
+            && i.has_atomic_eth() == self.atomic.is_some()
+            && i.has_atomic_ack_eth() == self.atomic_ack.is_some()
+            && i.has_immdt() == self.immdt.is_some()
+            && i.has_ieth() == self.ieth.is_some();
+        if ok {
+            Ok(())
+        } else {
+            Err(Error)
+        }
+    }
+
+    /// Length of all headers: Ethernet, IP, UDP, BTH and extension headers.
+    pub fn header_len(&self) -> usize {
+        eth::HEADER_LEN + self.ip.header_len() + udp::HEADER_LEN + self.bth.opcode.info().header_len()
+    }
+
+    /// Length of the whole frame for `payload_len` bytes of payload: headers, payload, pad and
+    /// the 4-byte ICRC.
+    pub fn frame_len(&self, payload_len: usize) -> usize {
+        self.header_len() + payload_len + pad_len(payload_len) + ICRC_LEN
+    }
+
+    /// Writes all headers for `payload_len` bytes of payload to the start of `buf` and returns
+    /// their length. Fills in the IP total/payload length, the IPv4 header checksum, the UDP
+    /// length, UDP checksum 0 (as rxe), the ethertype and IP protocol, and the BTH pad count.
+    /// The caller then copies the payload to `buf[hdr..hdr + payload_len]` and calls
+    /// [`finish_frame`].
+    ///
+    /// Panics when `buf` is shorter than [`RoceRepr::frame_len`] or the frame would exceed the
+    /// 16-bit IP length field.
+    pub fn emit_headers(&self, payload_len: usize, buf: &mut [u8]) -> usize {
+        let info = self.bth.opcode.info();
+        let frame_len = self.frame_len(payload_len);
+        assert!(buf.len() >= frame_len, "RoceRepr::emit_headers: buffer too short");
+        let l3 = eth::HEADER_LEN;
+        let l4 = l3 + self.ip.header_len();
+        let tp = l4 + udp::HEADER_LEN;
+        let udp_payload = frame_len - tp;
+        assert!(frame_len - l3 <= u16::MAX as usize, "RoceRepr::emit_headers: frame too long");
+
+        let eth = EthernetRepr { ethertype: self.ip.ethertype(), ..self.eth };
+        eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..l3]));
+        match self.ip {
+            IpRepr::Ipv4(r) => Ipv4Repr {
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: udp::HEADER_LEN + udp_payload,
+                ..r
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(&mut buf[l3..l4])),
+            IpRepr::Ipv6(r) => Ipv6Repr {
+                next_header: ipv4::PROTOCOL_UDP,
+                payload_len: udp::HEADER_LEN + udp_payload,
+                ..r
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(&mut buf[l3..l4])),
+        }
+        self.udp.emit(&mut UdpPacket::new_unchecked(&mut buf[l4..tp]), udp_payload);
+        let bth = BthRepr { pad_count: pad_len(payload_len) as u8, ..self.bth };
+        bth.emit(&mut BthPacket::new_unchecked(&mut buf[tp..]));
+
+        let hdr_end = tp + info.header_len();
+        buf[tp + super::bth::HEADER_LEN..hdr_end].fill(0);
+        fn slot(buf: &mut [u8], tp: usize, info: OpInfo, h: ExtHeader) -> Option<&mut [u8]> {
+            info.offset(h).map(move |o| &mut buf[tp + o..tp + o + h.len()])
+        }
+        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::Reth), self.reth) {
+            r.emit(&mut RethPacket::new_unchecked(b));
+        }
+        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::Aeth), self.aeth) {
+            r.emit(&mut AethPacket::new_unchecked(b));
+        }
+        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::Deth), self.deth) {
+            r.emit(&mut DethPacket::new_unchecked(b));
+        }
+        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::AtomicEth), self.atomic) {
+            r.emit(&mut AtomicEthPacket::new_unchecked(b));
+        }
+        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::AtomicAckEth), self.atomic_ack) {
+            r.emit(&mut AtomicAckEthPacket::new_unchecked(b));
+        }
+        if let (Some(b), Some(v)) = (slot(buf, tp, info, ExtHeader::ImmDt), self.immdt) {
+            immdt::emit(v, b);
+        }
+        if let (Some(b), Some(v)) = (slot(buf, tp, info, ExtHeader::Ieth), self.ieth) {
+            ieth::emit(v, b);
+        }
+        hdr_end
+    }
+
+    /// Emits a whole frame with `payload` into `buf` and returns its length.
+    /// Panics like [`RoceRepr::emit_headers`].
+    pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> usize {
+        let h = self.emit_headers(payload.len(), buf);
+        buf[h..h + payload.len()].copy_from_slice(payload);
+        finish_frame(buf, payload.len())
+    }
+}
+
+/// Completes a frame whose headers [`RoceRepr::emit_headers`] wrote and whose payload the
+/// caller copied: writes the zero pad and the ICRC, and returns the frame length.
+///
+/// Panics when `buf` does not start with headers written by `emit_headers` for `payload_len`.
+pub fn finish_frame(buf: &mut [u8], payload_len: usize) -> usize {
+    let l3 = eth::HEADER_LEN;
+    let ip_end = match EthernetFrame::new_unchecked(&buf[..]).ethertype() {
+        EtherType::Ipv4 => l3 + Ipv4Packet::new_unchecked(&buf[l3..]).total_len() as usize,
+        EtherType::Ipv6 => {
+            l3 + ipv6::HEADER_LEN + Ipv6Packet::new_unchecked(&buf[l3..]).payload_len() as usize
+        }
+        _ => panic!("finish_frame: not a RoCEv2 frame"),
+    };
+    let pad = pad_len(payload_len);
+    let icrc_at = ip_end - ICRC_LEN;
+    buf[icrc_at - pad..icrc_at].fill(0);
+    let crc = icrc::compute(&buf[l3..icrc_at]).expect("finish_frame: headers not emitted");
+    buf[icrc_at..ip_end].copy_from_slice(&crc.to_le_bytes());
+    ip_end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::aeth::AethSyndrome;
+    use super::super::eth::EthernetAddress;
+    use super::super::opcode::Opcode;
+    use super::*;
+    use crate::types::{Msn, PKey, Psn, QKey, Qpn};
+    use std::net::Ipv4Addr;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    // A1_rc_pingpong_64.pcap frames 1 (SEND Only, 64 bytes of 0x7b) and 2 (ACK).
+    const A1_F1: &str = "52540077001052540077001108004500006c504940004011ced1c0a84d0bc0a84d0ac29912b7005800000400ffff0000\
+001380735b2c7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b\
+7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7bd69045a8";
+    const A1_F2: &str = "525400770011525400770010080045000030d204400040114d52c0a84d0ac0a84d0bc29912b7\
+001c00001100ffff0000002300735b2c1f000001974c20b8";
+
+    fn bth(opcode: Opcode, dest_qp: u32, psn: u32) -> BthRepr {
+        BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey: PKey::DEFAULT,
+            fecn: false,
+            becn: false,
+            dest_qp: Qpn::new(dest_qp),
+            ack_req: false,
+            psn: Psn::new(psn),
+        }
+    }
+
+    #[test]
+    fn golden_send_only() {
+        let f = hex(A1_F1);
+        let (r, pl) = RoceRepr::parse(&f).unwrap();
+        assert_eq!(r.bth.opcode, Opcode::RcSendOnly);
+        assert_eq!(r.bth.dest_qp, Qpn::new(0x13));
+        assert_eq!(r.bth.psn, Psn::new(0x735b2c));
+        assert!(r.bth.ack_req);
+        assert_eq!(r.udp.src_port, 49817);
+        assert_eq!(r.ip.src_gid().to_string(), "::ffff:192.168.77.11");
+        assert_eq!(pl, 54..118);
+        assert!(f[pl.clone()].iter().all(|&b| b == 0x7b));
+        assert!(r.check().is_ok());
+        assert_eq!(r.header_len(), 54);
+        assert_eq!(r.frame_len(64), f.len());
+        let mut out = vec![0u8; f.len()];
+        assert_eq!(r.emit(&f[pl], &mut out), f.len());
+        assert_eq!(out, f);
+    }
+
+    #[test]
+    fn golden_ack() {
+        let f = hex(A1_F2);
+        let (r, pl) = RoceRepr::parse(&f).unwrap();
+        assert_eq!(r.bth.opcode, Opcode::RcAcknowledge);
+        assert_eq!(r.aeth, Some(AethRepr { syndrome: AethSyndrome::Ack { credits: 31 }, msn: Msn::new(1) }));
+        assert!(pl.is_empty());
+        let mut out = vec![0u8; f.len()];
+        assert_eq!(r.emit(&[], &mut out), f.len());
+        assert_eq!(out, f);
+        // Ethernet padding after the IP packet is ignored.
+        let mut padded = f.clone();
+        padded.extend_from_slice(&[0, 0]);
+        assert_eq!(RoceRepr::parse(&padded).unwrap().0, r);
+        // Truncation anywhere fails.
+        for n in 0..f.len() {
+            assert!(RoceRepr::parse(&f[..n]).is_err(), "len {n}");
+        }
+    }
+
+    fn ud_repr() -> RoceRepr {
+        let ip = IpRepr::from_gids(
+            Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1)),
+            Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 2)),
+            0,
+            64,
+            0,
+        )
+        .unwrap();
+        let mut r = RoceRepr::new(
+            EthernetRepr {
+                src_addr: EthernetAddress([2, 0, 0, 0, 0, 1]),
+                dst_addr: EthernetAddress([2, 0, 0, 0, 0, 2]),
+                ethertype: EtherType::Ipv4,
+            },
+            ip,
+            UdpRepr { src_port: 0xc001, dst_port: ROCE_V2_PORT },
+            bth(Opcode::UdSendOnlyImm, 0x11, 7),
+        );
+        r.deth = Some(DethRepr { qkey: QKey(0x11111111), src_qp: Qpn::new(0x22) });
+        r.immdt = Some(0x1234_5678);
+        r
+    }
+
+    #[test]
+    fn roundtrip_with_pad() {
+        let r = ud_repr();
+        for n in 0..9usize {
+            let payload: Vec<u8> = (0..n as u8).collect();
+            let mut buf = vec![0xeeu8; r.frame_len(n) + 5];
+            let len = r.emit(&payload, &mut buf);
+            assert_eq!(len, r.frame_len(n));
+            assert_eq!(len % 4, (14 + 20 + 8) % 4);
+            let (p, pl) = RoceRepr::parse(&buf[..len]).unwrap();
+            assert_eq!(&buf[pl.clone()], &payload[..]);
+            let mut expect = r;
+            expect.bth.pad_count = pad_len(n) as u8;
+            if let IpRepr::Ipv4(ref mut i) = expect.ip {
+                i.payload_len = len - 14 - 20;
+            }
+            assert_eq!(p, expect);
+            assert!(buf[pl.end..len - 4].iter().all(|&b| b == 0), "pad is zero");
+        }
+    }
+
+    #[test]
+    fn cnp_and_missing_headers() {
+        let mut r = ud_repr();
+        r.bth = bth(Opcode::Cnp, 0x11, 0);
+        r.bth.becn = true;
+        assert!(r.check().is_err()); // the DETH and ImmDt are superfluous
+        r.deth = None;
+        r.immdt = None;
+        assert!(r.check().is_ok());
+        let mut buf = [0u8; 128];
+        let len = r.emit(&[], &mut buf);
+        assert_eq!(len, 14 + 20 + 8 + 12 + 16 + 4);
+        let (p, pl) = RoceRepr::parse(&buf[..len]).unwrap();
+        assert!(pl.is_empty());
+        assert_eq!(p.bth, r.bth);
+        // A payload on an opcode without one is rejected, even with a good ICRC.
+        let mut w = r;
+        w.bth = bth(Opcode::RcSendOnly, 1, 1);
+        let len = w.emit(&[0x1f, 0, 0, 9, 1, 2, 3, 4], &mut buf);
+        assert!(RoceRepr::parse(&buf[..len]).is_ok());
+        buf[14 + 20 + 8] = Opcode::RcAcknowledge as u8;
+        let c = icrc::compute(&buf[14..len - 4]).unwrap();
+        buf[len - 4..len].copy_from_slice(&c.to_le_bytes());
+        assert!(RoceRepr::parse(&buf[..len]).is_err());
+        // The same bytes without the extra 4 are a good ACK.
+        let (hdr, len) = (14 + 20 + 8, len - 4);
+        buf[hdr - 8 + 4..hdr - 8 + 6].copy_from_slice(&((len - hdr + 8) as u16).to_be_bytes());
+        if let IpRepr::Ipv4(_) = w.ip {
+            let mut ip = Ipv4Packet::new_unchecked(&mut buf[14..34]);
+            ip.set_total_len((len - 14) as u16);
+            ip.fill_checksum();
+        }
+        let c = icrc::compute(&buf[14..len - 4]).unwrap();
+        buf[len - 4..len].copy_from_slice(&c.to_le_bytes());
+        let (ack, _) = RoceRepr::parse(&buf[..len]).unwrap();
+        assert_eq!(ack.aeth.unwrap().msn, Msn::new(9));
+    }
+
+    #[test]
+    fn rejects_non_roce() {
+        let mut f = hex(A1_F2);
+        f[14 + 20 + 3] = 0xb8; // UDP dst 4792
+        assert!(RoceRepr::parse(&f).is_err());
+        let mut g = hex(A1_F2);
+        g[12] = 0x08;
+        g[13] = 0x06; // ARP
+        assert!(RoceRepr::parse(&g).is_err());
+    }
+}
