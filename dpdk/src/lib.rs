@@ -1,1 +1,103 @@
-//! DPDK poll-mode engine.
+//! droce-dpdk: safe layer over the system DPDK 22.11 (crate `dpdk-sys`).
+//!
+//! `unsafe` is denied at the crate root and allowed only inside the modules that wrap
+//! dpdk-sys; every unsafe block says why it is sound (`// SAFETY:`).
+//!
+//! # Public API in one page
+//! ```text
+//! Eal::init(&args) -> Result<Eal>          args[0] = program name, like rte_eal_init; Drop = rte_eal_cleanup
+//!   eal.consumed(), eal.app_args()         app args = those after "--"
+//!   is_running()
+//!   errors: Error::EalInit{errno,..} (bad/unknown option), EalAlreadyInitialized (once per process),
+//!           VdevNotCreated{name,..} (--vdev=net_xxx whose driver does not exist / bad devargs)
+//! Mempool::create(name, &MempoolConfig{n, cache_size, priv_size, data_room, socket})   Drop frees
+//!   pool.alloc() -> Result<Mbuf>, alloc_from_slice(&[u8]), avail_count(), in_use_count(), size()
+//! Mbuf (owning, Drop = rte_pktmbuf_free): data()/data_mut(), pkt_len()/data_len()/len(),
+//!   set_len(n) (fast single-segment), append/prepend -> Option<&mut [u8]>, adj/trim -> Option<()>,
+//!   headroom/tailroom, refcnt, port, ol_flags, rx_ip_cksum/rx_l4_cksum, set_tx_ipv4_cksum_offload,
+//!   to_vec, into_raw / unsafe from_raw / as_ptr
+//! MbufBatch<const N = 32>: [*mut rte_mbuf; N] + len, no heap. len/is_empty/is_full/free_slots,
+//!   as_slice/as_mut_slice/iter/iter_mut (&mut Mbuf), push/pop/drain/retain, clear (bulk free),
+//!   alloc_bulk(&pool, n) (rte_pktmbuf_alloc_bulk). Drop frees what is left.
+//! port_count(), port_ids(), port_by_name(name), port_name(id)
+//! Port::new(PortId) -> Result<Port> (Error::PortOutOfRange lists valid ids), Port::all()
+//!   configure(&PortConfig, &Mempool) -> ConfiguredPort   (queues, descs, MTU, offloads enabled)
+//!   start/stop/close, mac_addr/set_mac_addr, set_promiscuous/promiscuous, link()/link_wait(),
+//!   info() -> PortInfo (driver, device name, MAC, MTU min/max, max queues, offload capa, ...),
+//!   stats()/reset_stats() -> PortStats, xstats()/xstat_names()/reset_xstats()
+//!   rx_burst(QueueId, &mut batch) -> Result<u16>            fills the batch's free slots
+//!   tx_burst(QueueId, &mut batch) -> Result<u16>            unsent stay in the batch (retry or clear)
+//!   tx_burst_or_free(q, &mut batch) -> (sent, dropped)      unsent freed
+//!   tx_burst_retry(q, &mut batch, retries) -> (sent, dropped)
+//! PortConfig::new().rx_queues(n).tx_queues(n).rx_desc(n).tx_desc(n).mtu(m).checksum_offload(true)
+//!   .rx_offloads(bits).tx_offloads(bits).rss(bool).fast_free(bool).promiscuous(bool).socket(s)
+//! lcores(), worker_lcores(), main_lcore(), lcore_count(), current_lcore(),
+//!   launch(LcoreId, closure -> i32) -> LaunchHandle; handle.wait() -> Result<i32> (panic caught)
+//! rdtsc(), tsc_hz(), Tsc::new() (cycles_to_ns, ns_to_cycles, now, elapsed_ns), TscInstant
+//! Error (Display has rte_strerror text), strerror(errno), Result<T>
+//! offload bit constants: dpdk_sys::consts::*, re-exported as `offload`
+//! ```
+//!
+//! # Ownership rules
+//! * Drop `Mbuf`s, batches, then `Mempool`s, then the `Eal` (natural order when all are locals
+//!   declared in that order). A `Mempool` dropped while mbufs are out is leaked, not freed.
+//! * A port holds mbufs from the pool given to `configure` in its RX ring: stop/close the port
+//!   before dropping that pool.
+//!
+//! # Drivers
+//! DPDK is linked dynamically; EAL loads every PMD from its driver directory
+//! ([`dpdk_sys::PMD_DIR`], Debian: `/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0`) during init,
+//! so `--vdev=net_ring0`, `net_null0`, `net_memif0`, `net_af_packet0,iface=..`, `net_tap0`,
+//! `net_pcap0,...` and PCI NICs (`-a 0000:01:00.0`) all work without `-d`.
+//!
+//! # Example
+//! ```no_run
+//! use droce_dpdk::*;
+//! let args: Vec<String> = ["prog", "--no-huge", "-m", "512", "--no-pci", "--no-shconf",
+//!     "--file-prefix=ex", "--vdev=net_ring0"].iter().map(|s| s.to_string()).collect();
+//! let eal = Eal::init(&args)?;
+//! let pool = Mempool::create("pool0", &MempoolConfig::default())?;
+//! let mut port = Port::new(PortId(0))?;
+//! port.configure(&PortConfig::new(), &pool)?;
+//! port.start()?;
+//! let mut batch: MbufBatch<32> = MbufBatch::new();
+//! batch.alloc_bulk(&pool, 32)?;
+//! for m in batch.iter_mut() { m.set_len(60).unwrap().fill(0xab); }
+//! let (sent, dropped) = port.tx_burst_or_free(QueueId(0), &mut batch)?;
+//! let got = port.rx_burst(QueueId(0), &mut batch)?;
+//! # let _ = (sent, dropped, got, eal);
+//! # Ok::<(), droce_dpdk::Error>(())
+//! ```
+
+#![deny(unsafe_code)]
+#![warn(missing_debug_implementations)]
+
+#[allow(unsafe_code)]
+mod eal;
+#[allow(unsafe_code)]
+mod error;
+#[allow(unsafe_code)]
+mod lcore;
+#[allow(unsafe_code)]
+mod mbuf;
+#[allow(unsafe_code)]
+mod mempool;
+#[allow(unsafe_code)]
+mod port;
+#[allow(unsafe_code)]
+mod tsc;
+
+pub use dpdk_sys as sys;
+/// Offload capability / enable bits (`RTE_ETH_{RX,TX}_OFFLOAD_*`).
+pub use dpdk_sys::consts as offload;
+
+pub use eal::{is_running, rte_errno, Eal};
+pub use error::{strerror, Error, Result};
+pub use lcore::{current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, worker_lcores, LaunchHandle, LcoreId};
+pub use mbuf::{CksumStatus, Mbuf, MbufBatch, DEFAULT_BURST};
+pub use mempool::{Mempool, MempoolConfig, SOCKET_ANY};
+pub use port::{
+    port_by_name, port_count, port_ids, port_name, ConfiguredPort, LinkStatus, MacAddr, Port, PortConfig, PortId, PortInfo,
+    PortStats, QueueId, Xstat,
+};
+pub use tsc::{rdtsc, tsc_hz, Tsc, TscInstant};

@@ -76,6 +76,7 @@ uint64_t droce_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSU
 uint64_t droce_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }
 uint64_t droce_tx_offload_ipv4_cksum(void) { return RTE_ETH_TX_OFFLOAD_IPV4_CKSUM; }
 uint64_t droce_tx_offload_udp_cksum(void) { return RTE_ETH_TX_OFFLOAD_UDP_CKSUM; }
+uint64_t droce_rss_ip_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP; }
 
 /* The Rust side (dpdk-sys src/lib.rs `consts`) hard-codes these flag values; keep them honest. */
 _Static_assert(RTE_ETH_RX_OFFLOAD_VLAN_STRIP == (1ULL << 0), "rx vlan strip");

@@ -66,5 +66,7 @@ uint64_t droce_rx_offload_ipv4_cksum(void);
 uint64_t droce_rx_offload_udp_cksum(void);
 uint64_t droce_tx_offload_ipv4_cksum(void);
 uint64_t droce_tx_offload_udp_cksum(void);
+/* RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP: hash functions asked for when RSS is enabled */
+uint64_t droce_rss_ip_udp(void);
 
 #endif

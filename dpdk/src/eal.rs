@@ -1,0 +1,238 @@
+//! EAL initialisation and cleanup (RAII).
+
+use std::ffi::{c_char, c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use dpdk_sys as sys;
+
+use crate::error::{Error, Result};
+
+/// Set once `rte_eal_init` has been attempted successfully; never cleared (DPDK cannot re-init).
+static INIT_DONE: AtomicBool = AtomicBool::new(false);
+/// True between a successful init and cleanup: objects check it before touching DPDK in `Drop`.
+static RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// True while EAL is initialised and not yet cleaned up.
+#[inline]
+pub fn is_running() -> bool {
+    RUNNING.load(Ordering::Acquire)
+}
+
+pub(crate) fn ensure_running() -> Result<()> {
+    if is_running() {
+        Ok(())
+    } else {
+        Err(Error::EalNotInitialized)
+    }
+}
+
+/// Current value of `rte_errno` on this thread.
+#[allow(unsafe_code)]
+pub fn rte_errno() -> i32 {
+    // SAFETY: reads a thread-local int through the shim.
+    unsafe { sys::droce_rte_errno() }
+}
+
+/// The initialised Environment Abstraction Layer. Dropping it waits for all worker lcores and
+/// calls `rte_eal_cleanup`.
+#[derive(Debug)]
+pub struct Eal {
+    consumed: usize,
+    app_args: Vec<String>,
+}
+
+impl Eal {
+    /// Initialises EAL with `args`, the process arguments *including* the program name in
+    /// `args[0]` (as `std::env::args()` gives them; an empty slice uses `"droce"`), exactly as
+    /// `rte_eal_init(argc, argv)` takes them. Arguments after a `--` are left for the
+    /// application: see [`Eal::app_args`].
+    ///
+    /// Besides `rte_eal_init`'s own failures (bad or unknown option: `EINVAL`, ...) this checks
+    /// that every `--vdev=net_*`/`eth_*` argument really created a port, since EAL only logs
+    /// a vdev whose driver does not exist.
+    #[allow(unsafe_code)]
+    pub fn init(args: &[String]) -> Result<Eal> {
+        if INIT_DONE.swap(true, Ordering::AcqRel) {
+            return Err(Error::EalAlreadyInitialized);
+        }
+        let mut owned: Vec<String> = args.to_vec();
+        if owned.is_empty() {
+            owned.push("droce".to_string());
+        }
+        let cstrings: Vec<CString> = match owned.iter().map(|a| CString::new(a.as_bytes())).collect() {
+            Ok(v) => v,
+            Err(_) => {
+                INIT_DONE.store(false, Ordering::Release);
+                return Err(Error::InvalidArgument("EAL argument contains a NUL byte".into()));
+            }
+        };
+        // EAL keeps pointers into argv (program name, and getopt permutes the array), so both the
+        // strings and the pointer array are leaked on purpose: they must outlive EAL.
+        let cstrings: &'static [CString] = Box::leak(cstrings.into_boxed_slice());
+        let mut argv: Vec<*mut c_char> = cstrings.iter().map(|c| c.as_ptr() as *mut c_char).collect();
+        argv.push(std::ptr::null_mut());
+        let argv: &'static mut [*mut c_char] = Box::leak(argv.into_boxed_slice());
+        let argc = (argv.len() - 1) as c_int;
+
+        let guessed_dir = guess_runtime_dir(&owned[1..]);
+        let dir_existed = guessed_dir.as_ref().map(|d| d.exists()).unwrap_or(true);
+        // SAFETY: argv is a NULL-terminated array of argc valid C strings that lives forever.
+        let ret = unsafe { sys::rte_eal_init(argc, argv.as_mut_ptr()) };
+        if ret < 0 {
+            let errno = rte_errno();
+            // A failed init may already have created its runtime dir; leave no trace of it.
+            if !dir_existed {
+                if let Some(d) = guessed_dir {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+            // rte_eal_init resets its run-once guard on argument errors, so a retry is allowed.
+            INIT_DONE.store(false, Ordering::Release);
+            return Err(Error::EalInit { errno: if errno == 0 { libc::EINVAL } else { errno }, args: owned[1..].join(" ") });
+        }
+        RUNNING.store(true, Ordering::Release);
+        let consumed = ret as usize;
+        // After init, argv[consumed] holds the program name and the application's arguments
+        // follow it (getopt may have permuted them, so read them back from argv).
+        let app_args = (consumed + 1..argc as usize)
+            .map(|i| {
+                // SAFETY: argv[i] for i < argc is one of our leaked, NUL-terminated strings.
+                unsafe { std::ffi::CStr::from_ptr(argv[i]) }.to_string_lossy().into_owned()
+            })
+            .collect();
+        let eal = Eal { consumed, app_args };
+
+        let eal_part: Vec<String> = owned[1..].iter().take_while(|a| a.as_str() != "--").cloned().collect();
+        for name in vdev_names(&eal_part) {
+            if !(name.starts_with("net_") || name.starts_with("eth_")) {
+                continue;
+            }
+            if crate::port::port_by_name(&name).is_none() {
+                let ports = crate::port::port_ids()
+                    .into_iter()
+                    .map(|p| crate::port::port_name(p).unwrap_or_else(|_| p.to_string()))
+                    .collect();
+                drop(eal);
+                return Err(Error::VdevNotCreated { name, ports });
+            }
+        }
+        Ok(eal)
+    }
+
+    /// Number of arguments `rte_eal_init` consumed (its return value).
+    pub fn consumed(&self) -> usize {
+        self.consumed
+    }
+
+    /// Arguments after `--`, for the application (program name not included).
+    pub fn app_args(&self) -> &[String] {
+        &self.app_args
+    }
+}
+
+impl Drop for Eal {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        RUNNING.store(false, Ordering::Release);
+        // SAFETY: EAL is initialised; the runtime dir string is copied before cleanup.
+        let (primary, runtime_dir) = unsafe {
+            let p = sys::rte_eal_get_runtime_dir();
+            let dir = if p.is_null() { None } else { Some(std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()) };
+            (sys::rte_eal_process_type() == sys::rte_proc_type_t_RTE_PROC_PRIMARY, dir)
+        };
+        // SAFETY: waiting for workers first keeps cleanup from freeing memory a worker still
+        // uses. Called once, from the thread that owns the Eal.
+        unsafe {
+            sys::rte_eal_mp_wait_lcore();
+            sys::rte_eal_cleanup();
+        }
+        // EAL leaves its runtime directory (/var/run/dpdk/<file-prefix>) behind; the primary
+        // process owns it, and nothing can attach to it after cleanup.
+        if primary {
+            if let Some(dir) = runtime_dir.filter(|d| d.contains("/dpdk/")) {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+/// Where EAL will put its runtime directory for these arguments (see eal_create_runtime_dir).
+fn guess_runtime_dir(args: &[String]) -> Option<std::path::PathBuf> {
+    let mut prefix = "rte".to_string();
+    let mut it = args.iter().take_while(|a| a.as_str() != "--");
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("--file-prefix=") {
+            prefix = v.to_string();
+        } else if a == "--file-prefix" {
+            prefix = it.next()?.clone();
+        }
+    }
+    // SAFETY: geteuid has no preconditions.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::geteuid() } == 0;
+    let base = if root {
+        "/var/run".to_string()
+    } else {
+        std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".to_string())
+    };
+    Some(std::path::Path::new(&base).join("dpdk").join(prefix))
+}
+
+/// Device arguments (`--vdev`, `-a`, `--allow`, `-b`, `--block`) as given, for messages.
+pub(crate) fn device_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        for opt in ["--vdev", "--allow", "--block", "-a", "-b"] {
+            if a == opt {
+                if let Some(v) = it.next() {
+                    out.push(v.clone());
+                }
+                break;
+            } else if let Some(v) = a.strip_prefix(opt).and_then(|r| r.strip_prefix('=')) {
+                out.push(v.to_string());
+                break;
+            } else if opt.len() == 2 && a.starts_with(opt) && a.len() > 2 && !a.starts_with("--") {
+                out.push(a[2..].to_string());
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Device names given with `--vdev X` / `--vdev=X` (the part before the first comma).
+fn vdev_names(args: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let spec = if let Some(v) = a.strip_prefix("--vdev=") {
+            Some(v.to_string())
+        } else if a == "--vdev" {
+            it.next().cloned()
+        } else {
+            None
+        };
+        if let Some(spec) = spec {
+            let name = spec.split(',').next().unwrap_or("").trim().to_string();
+            if !name.is_empty() {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::vdev_names;
+
+    #[test]
+    fn vdev_names_parsed() {
+        let a: Vec<String> = ["-l", "0", "--vdev=net_ring0", "--vdev", "net_memif0,role=server", "--no-pci"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(vdev_names(&a), vec!["net_ring0", "net_memif0"]);
+    }
+}
