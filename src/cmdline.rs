@@ -194,6 +194,12 @@ pub fn help(topic: Option<&str>) -> Result<String, CmdError> {
     for (syn, h) in rows {
         s.push_str(&format!("  {syn:<28} {h}\n"));
     }
+    if topic.is_none() || topic.is_some_and(|t| "set fwd".starts_with(t) || t.starts_with("set fwd")) {
+        s.push_str("Forwarding modes:\n");
+        for m in modes::MODES {
+            s.push_str(&format!("  {:<28} {}\n", m.name, m.summary));
+        }
+    }
     Ok(s)
 }
 

@@ -1,25 +1,31 @@
 //! droce-pmd: the testpmd-style command line of droce.
+//!
+//! `droce-pmd [--config FILE] [EAL args] -- [app args]`; with no arguments it runs the embedded
+//! demo `conf/default.conf`. See `droce-pmd --help`.
 #![deny(unsafe_code)]
 
+mod app;
 mod args;
 mod capture;
 mod cmdline;
 mod config;
+mod fwd;
 mod modes;
 mod pkt;
 mod stats;
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    match args::parse(&argv) {
-        Ok(args::Parsed::Help) => print!("{}", args::usage()),
-        Ok(args::Parsed::Run(_)) => {
-            eprintln!("droce-pmd: error: the port engine is not wired in yet (arguments parsed fine)");
-            std::process::exit(1);
+    let code = match args::parse(&argv) {
+        Ok(args::Parsed::Help) => {
+            print!("{}", args::usage());
+            0
         }
+        Ok(args::Parsed::Run(cl)) => app::run(cl),
         Err(e) => {
             eprintln!("droce-pmd: error: {e}");
-            std::process::exit(2);
+            2
         }
-    }
+    };
+    std::process::exit(code);
 }

@@ -1,0 +1,673 @@
+//! The running application: EAL, the mbuf pool, the ports, the forwarding run, the prompt.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use droce_dpdk::{self as dpdk, Eal, LcoreId, Mempool, MempoolConfig, Port, PortConfig, QueueId};
+
+use crate::args::{AppOptions, CommandLine, Source};
+use crate::cmdline::{self, Command, PortSel};
+use crate::fwd::{self, Stream, StreamSpec, StreamStats};
+use crate::modes::{self, ModeInfo};
+use crate::stats::{self, FwdTotals, PortCounters, RateMeter};
+
+/// An error that ends a batch run (exit 1) or is reported at the prompt; always one line.
+pub type AppResult<T> = Result<T, String>;
+
+struct PortState {
+    port: Port,
+    mac: [u8; 6],
+    meter: RateMeter,
+}
+
+/// Where forwarding runs.
+enum Worker {
+    Lcore(dpdk::LaunchHandle),
+    Thread(std::thread::JoinHandle<()>),
+}
+
+struct Stream1 {
+    rx_port: u16,
+    tx_port: u16,
+    lcore: Option<LcoreId>,
+    stats: Arc<StreamStats>,
+}
+
+struct Run {
+    stop: Arc<AtomicBool>,
+    workers: Vec<Worker>,
+    /// Streams the main lcore polls itself (batch mode without worker lcores).
+    main_streams: Vec<Box<dyn Stream>>,
+    streams: Vec<Stream1>,
+    base: Vec<PortCounters>,
+}
+
+/// The forward statistics of the last finished run, for `show fwd stats all`.
+struct LastRun {
+    per_port: Vec<FwdTotals>,
+}
+
+pub struct App {
+    opts: AppOptions,
+    mode: &'static ModeInfo,
+    ports: Vec<PortState>,
+    run: Option<Run>,
+    last: Option<LastRun>,
+    pool: Arc<Mempool>,
+    /// Forwarding lcores available (EAL workers).
+    workers: Vec<LcoreId>,
+    // Declared last: dropped after ports and pool, as DPDK requires.
+    _eal: Eal,
+}
+
+fn err_line(msg: &str) {
+    eprintln!("droce-pmd: error: {msg}");
+}
+
+/// Runs droce-pmd with a parsed command line; returns the exit code.
+pub fn run(cl: CommandLine) -> i32 {
+    let mut app = match App::new(&cl) {
+        Ok(a) => a,
+        Err(e) => {
+            err_line(&e);
+            return 1;
+        }
+    };
+    let code = if app.opts.interactive { app.interactive() } else { app.batch() };
+    app.close();
+    code
+}
+
+impl App {
+    fn new(cl: &CommandLine) -> AppResult<App> {
+        match &cl.source {
+            Source::Embedded => println!("droce-pmd: no arguments: running the embedded demo (conf/default.conf): {}", cl.eal[1..].join(" ")),
+            Source::File(f) => println!("droce-pmd: configuration from {f}"),
+            Source::Args => {}
+        }
+        let (res, log) = crate::capture::capture_stdio(|| Eal::init(&cl.eal));
+        let eal = match res {
+            Ok(eal) => {
+                print!("{log}");
+                eal
+            }
+            Err(dpdk::Error::EalInit { errno, .. }) => {
+                return Err(crate::capture::eal_failure_line(&log, &dpdk::strerror(errno)));
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let opts = cl.app.clone();
+        let mode = modes::lookup(opts.forward_mode).ok_or("unknown forwarding mode")?;
+        let ids = dpdk::port_ids();
+        if ids.is_empty() {
+            return Err("no ports found: add a virtual port (--vdev=net_ring0) or a PCI device (-a 0000:01:00.0) before '--'".into());
+        }
+        let workers = dpdk::worker_lcores();
+        if let Some(n) = opts.nb_cores {
+            if workers.is_empty() && n > 1 {
+                return Err(format!(
+                    "--nb-cores={n} but EAL has no worker lcore (only the main one); enable more with -l, e.g. -l 0-{n}"
+                ));
+            }
+            if !workers.is_empty() && n as usize > workers.len() {
+                return Err(format!(
+                    "--nb-cores={n} but only {} forwarding lcore(s) are enabled; give more with -l (e.g. -l 0-{n}) or lower --nb-cores",
+                    workers.len()
+                ));
+            }
+        }
+        let nb_lcores = dpdk::lcore_count().max(1);
+        let nb_ports = ids.len() as u32;
+        let total = opts.total_num_mbufs.unwrap_or_else(|| {
+            let need = nb_ports * (u32::from(opts.rxd) + u32::from(opts.txd) + 2 * u32::from(crate::args::MAX_BURST))
+                + nb_lcores * (256 + u32::from(crate::args::MAX_BURST));
+            need.max(8192 * nb_ports.min(4)).next_power_of_two() - 1
+        });
+        let pool = Mempool::create(
+            "droce_pmd_pool",
+            &MempoolConfig { n: total, cache_size: 256, priv_size: 0, data_room: opts.mbuf_size, socket: dpdk::SOCKET_ANY },
+        )
+        .map_err(|e| format!("cannot create a pool of {total} mbufs: {e}; lower --total-num-mbufs or give EAL more memory (-m 1024)"))?;
+        println!("droce-pmd: mbuf pool: n={total}, data room={} B", opts.mbuf_size);
+        let pool = Arc::new(pool);
+
+        let mut ports = Vec::new();
+        for id in ids {
+            let mut port = Port::new(id).map_err(|e| e.to_string())?;
+            let cfg = PortConfig::new()
+                .rx_queues(1)
+                .tx_queues(1)
+                .rx_desc(opts.rxd)
+                .tx_desc(opts.txd)
+                .rss(false)
+                .fast_free(true)
+                .promiscuous(true);
+            port.configure(&cfg, &pool).map_err(|e| format!("port {id}: configure failed: {e}"))?;
+            port.start().map_err(|e| format!("port {id}: start failed: {e}"))?;
+            let mac = port.mac_addr().map(|m| m.0).unwrap_or([0; 6]);
+            println!("Port {id}: {}", stats::mac(&mac));
+            ports.push(PortState { port, mac, meter: RateMeter::default() });
+        }
+        if ports.len() % 2 == 1 && opts.topology == crate::args::Topology::Paired && ports.len() > 1 {
+            println!("\nWarning! port-topology=paired and odd forward ports number, the last port will pair with itself.\n");
+        }
+        Ok(App { opts, mode, ports, run: None, last: None, pool, workers, _eal: eal })
+    }
+
+    fn nb_ports(&self) -> u16 {
+        self.ports.len() as u16
+    }
+
+    fn select(&self, sel: PortSel) -> AppResult<Vec<u16>> {
+        match sel {
+            PortSel::All => Ok((0..self.nb_ports()).collect()),
+            PortSel::One(p) if p < self.nb_ports() => Ok(vec![p]),
+            PortSel::One(p) => Err(format!(
+                "port {p} out of range: valid ports are {} or 'all'",
+                if self.nb_ports() == 1 { "0".to_string() } else { format!("0..{}", self.nb_ports() - 1) }
+            )),
+        }
+    }
+
+    fn peer_mac(&self, port: u16) -> [u8; 6] {
+        self.opts.eth_peers.iter().find(|(p, _)| *p == port).map(|(_, m)| *m).unwrap_or_else(|| crate::pkt::default_peer_mac(port))
+    }
+
+    fn counters(&self, p: u16) -> PortCounters {
+        match self.ports[p as usize].port.stats() {
+            Ok(s) => PortCounters {
+                ipackets: s.ipackets,
+                imissed: s.imissed,
+                ibytes: s.ibytes,
+                ierrors: s.ierrors,
+                rx_nombuf: s.rx_nombuf,
+                opackets: s.opackets,
+                oerrors: s.oerrors,
+                obytes: s.obytes,
+            },
+            Err(_) => PortCounters::default(),
+        }
+    }
+
+    /// Forwarding lcores a run would use, and whether the main lcore forwards instead.
+    fn plan_lcores(&self, nb_streams: usize, batch: bool) -> (Vec<LcoreId>, bool) {
+        if self.workers.is_empty() {
+            return (Vec::new(), batch);
+        }
+        let n = self.opts.nb_cores.map(usize::from).unwrap_or(self.workers.len()).min(self.workers.len()).min(nb_streams).max(1);
+        (self.workers[..n].to_vec(), false)
+    }
+
+    fn stream_pairs(&self) -> Vec<(u16, u16)> {
+        (0..self.nb_ports()).map(|p| (p, self.opts.topology.peer(p, self.nb_ports()))).collect()
+    }
+
+    fn fwd_config_text(&self, batch: bool) -> String {
+        let pairs = self.stream_pairs();
+        let (lcores, on_main) = self.plan_lcores(pairs.len(), batch);
+        let nb_cores = if lcores.is_empty() { 1 } else { lcores.len() };
+        let mut s = format!(
+            "{} packet forwarding - ports={} - cores={} - streams={} - topology={}\n",
+            self.mode.name,
+            self.nb_ports(),
+            nb_cores,
+            pairs.len(),
+            self.opts.topology.name()
+        );
+        let where_: Vec<String> = if !lcores.is_empty() {
+            lcores.iter().map(|l| format!("Logical Core {l} (socket {})", dpdk::lcore_socket(*l).max(0))).collect()
+        } else if on_main {
+            vec!["Main lcore (no worker lcore enabled; batch mode forwards on it)".to_string()]
+        } else {
+            vec!["A helper thread (no worker lcore enabled; give -l 0-1 for a dedicated lcore)".to_string()]
+        };
+        for (i, w) in where_.iter().enumerate() {
+            let mine: Vec<&(u16, u16)> = pairs.iter().enumerate().filter(|(j, _)| j % where_.len() == i).map(|(_, p)| p).collect();
+            s.push_str(&format!("{w} forwards packets on {} streams:\n", mine.len()));
+            for (rx, tx) in mine {
+                s.push_str(&format!("  RX P={rx}/Q=0 -> TX P={tx}/Q=0 peer={}\n", stats::mac(&self.peer_mac(*tx))));
+            }
+        }
+        s.push_str(&format!("\n  {} packet forwarding packets/burst={}\n", self.mode.name, self.opts.burst));
+        if self.mode.name == "txonly" {
+            s.push_str(&format!("  packet len={} - nb packet segments=1\n", self.opts.txpkts));
+        }
+        s.push_str(&format!("  nb forwarding cores={} - nb forwarding ports={}\n", nb_cores, self.nb_ports()));
+        s.push_str(&format!("  RX desc={} - TX desc={} - mbufs={}\n", self.opts.rxd, self.opts.txd, self.pool.size()));
+        s
+    }
+
+    fn start(&mut self, tx_first: bool, batch: bool) -> AppResult<()> {
+        if self.run.is_some() {
+            return Err("packet forwarding already started; type 'stop' first".into());
+        }
+        let pairs = self.stream_pairs();
+        let (lcores, _) = self.plan_lcores(pairs.len(), batch);
+        print!("{}", self.fwd_config_text(batch));
+        let base: Vec<PortCounters> = (0..self.nb_ports()).map(|p| self.counters(p)).collect();
+        let mut built: Vec<(Box<dyn Stream>, Stream1)> = Vec::new();
+        for (rx, tx) in pairs {
+            let spec = StreamSpec {
+                rx_port: self.ports[rx as usize].port.clone(),
+                tx_port: self.ports[tx as usize].port.clone(),
+                queue: QueueId(0),
+                pool: self.pool.clone(),
+                burst: self.opts.burst,
+                txpkts: self.opts.txpkts,
+                tx_mac: self.ports[tx as usize].mac,
+                peer_mac: self.peer_mac(tx),
+                tx_first,
+            };
+            let s = fwd::build(self.mode, spec);
+            let info = Stream1 { rx_port: rx, tx_port: tx, lcore: None, stats: s.stats().clone() };
+            built.push((s, info));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::new();
+        let mut main_streams = Vec::new();
+        let mut infos = Vec::new();
+        if lcores.is_empty() {
+            let (streams, mut i): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+            infos.append(&mut i);
+            if batch {
+                main_streams = streams;
+            } else {
+                let stop2 = stop.clone();
+                let h = std::thread::Builder::new()
+                    .name("droce-fwd".into())
+                    .spawn(move || fwd::run_streams(streams, &stop2))
+                    .map_err(|e| format!("cannot start the forwarding thread: {e}"))?;
+                workers.push(Worker::Thread(h));
+            }
+        } else {
+            let mut per: Vec<Vec<Box<dyn Stream>>> = (0..lcores.len()).map(|_| Vec::new()).collect();
+            for (j, (s, mut info)) in built.into_iter().enumerate() {
+                info.lcore = Some(lcores[j % lcores.len()]);
+                per[j % lcores.len()].push(s);
+                infos.push(info);
+            }
+            for (l, streams) in lcores.iter().zip(per) {
+                let stop2 = stop.clone();
+                match dpdk::launch(*l, move || {
+                    fwd::run_streams(streams, &stop2);
+                    0
+                }) {
+                    Ok(h) => workers.push(Worker::Lcore(h)),
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        for w in workers {
+                            join(w);
+                        }
+                        return Err(format!("cannot launch forwarding on lcore {l}: {e}"));
+                    }
+                }
+            }
+        }
+        self.run = Some(Run { stop, workers, main_streams, streams: infos, base });
+        Ok(())
+    }
+
+    fn totals(&self, run: &Run) -> Vec<FwdTotals> {
+        (0..self.nb_ports())
+            .map(|p| {
+                let now = self.counters(p).since(&run.base[p as usize]);
+                let mut t = FwdTotals { rx_dropped: now.imissed, rx_errors: now.ierrors, rx_nombuf: now.rx_nombuf, ..Default::default() };
+                for s in &run.streams {
+                    if s.rx_port == p {
+                        t.rx_packets += s.stats.rx.load(Ordering::Relaxed);
+                    }
+                    if s.tx_port == p {
+                        t.tx_packets += s.stats.tx.load(Ordering::Relaxed);
+                        t.tx_dropped += s.stats.tx_dropped.load(Ordering::Relaxed);
+                    }
+                }
+                t
+            })
+            .collect()
+    }
+
+    fn stop(&mut self) -> AppResult<()> {
+        let Some(mut run) = self.run.take() else {
+            return Err("packet forwarding not started; type 'start' first".into());
+        };
+        println!("Telling cores to stop...");
+        run.stop.store(true, Ordering::Relaxed);
+        println!("Waiting for lcores to finish...");
+        for w in std::mem::take(&mut run.workers) {
+            join(w);
+        }
+        run.main_streams.clear();
+        let per_port = self.totals(&run);
+        print!("{}", fwd_report(&per_port));
+        println!("\nDone.");
+        self.last = Some(LastRun { per_port });
+        Ok(())
+    }
+
+    fn show_port_stats(&mut self, ports: &[u16]) {
+        let now = Instant::now();
+        let mut out = String::new();
+        for &p in ports {
+            let c = self.counters(p);
+            let t = self.ports[p as usize].meter.update(now, &c);
+            out.push_str(&stats::nic_stats_block(p, &c, &t));
+        }
+        print!("{out}");
+        let _ = std::io::stdout().flush();
+    }
+
+    fn show_port_info(&self, ports: &[u16]) -> AppResult<()> {
+        for &p in ports {
+            let st = &self.ports[p as usize];
+            let info = st.port.info().map_err(|e| e.to_string())?;
+            let link = st.port.link().ok();
+            let promisc = st.port.promiscuous().unwrap_or(false);
+            println!("\n********************* Infos for port {p:<2} *********************");
+            println!("MAC address: {}", stats::mac(&st.mac));
+            println!("Device name: {}", info.device_name);
+            println!("Driver name: {}", info.driver_name);
+            println!("Connect to socket: {}", info.socket_id.max(0));
+            if let Some(l) = link {
+                println!("Link status: {}", if l.up { "up" } else { "down" });
+                let speed = match l.speed_mbps {
+                    0 => "None".to_string(),
+                    u32::MAX => "Unknown".to_string(),
+                    s if s % 1000 == 0 => format!("{} Gbps", s / 1000),
+                    s => format!("{s} Mbps"),
+                };
+                println!("Link speed: {speed}");
+                println!("Link duplex: {}", if l.full_duplex { "full-duplex" } else { "half-duplex" });
+                println!("Autoneg status: {}", if l.autoneg { "On" } else { "Off" });
+            }
+            println!("MTU: {}", info.mtu);
+            println!("Promiscuous mode: {}", if promisc { "enabled" } else { "disabled" });
+            println!("Minimum/maximum MTU: {}/{}", info.min_mtu, info.max_mtu);
+            println!("Max possible RX queues: {}", info.max_rx_queues);
+            println!("Max possible number of RXDs per queue: {}", info.rx_desc_max);
+            println!("Min possible number of RXDs per queue: {}", info.rx_desc_min);
+            println!("Current number of RX queues: {}", info.nb_rx_queues);
+            println!("Max possible TX queues: {}", info.max_tx_queues);
+            println!("Max possible number of TXDs per queue: {}", info.tx_desc_max);
+            println!("Min possible number of TXDs per queue: {}", info.tx_desc_min);
+            println!("Current number of TX queues: {}", info.nb_tx_queues);
+            println!(
+                "Checksum offload: RX IPv4 {} UDP {}, TX IPv4 {} UDP {}",
+                yes(info.rx_ipv4_cksum()),
+                yes(info.rx_udp_cksum()),
+                yes(info.tx_ipv4_cksum()),
+                yes(info.tx_udp_cksum())
+            );
+        }
+        Ok(())
+    }
+
+    fn show_port_xstats(&self, ports: &[u16]) -> AppResult<()> {
+        for &p in ports {
+            let xs = self.ports[p as usize].port.xstats().map_err(|e| format!("port {p}: {e}"))?;
+            println!("###### NIC extended statistics for port {p:<2}");
+            for x in xs.iter().filter(|x| x.value != 0) {
+                println!("{}: {}", x.name, x.value);
+            }
+            println!("#################################################");
+        }
+        Ok(())
+    }
+
+    fn clear_port_stats(&mut self, ports: &[u16]) -> AppResult<()> {
+        for &p in ports {
+            self.ports[p as usize].port.reset_stats().map_err(|e| format!("port {p}: {e}"))?;
+            self.ports[p as usize].meter.reset();
+            if let Some(run) = self.run.as_mut() {
+                run.base[p as usize] = PortCounters::default();
+            }
+            println!("\n  NIC statistics for port {p} cleared");
+        }
+        Ok(())
+    }
+
+    fn while_stopped(&self, what: &str) -> AppResult<()> {
+        if self.run.is_some() {
+            Err(format!("'{what}' cannot be changed while forwarding; type 'stop' first"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Executes one prompt command; `Ok(false)` means quit.
+    fn execute(&mut self, cmd: Command) -> AppResult<bool> {
+        match cmd {
+            Command::Help(topic) => print!("{}", cmdline::help(topic.as_deref()).map_err(|e| e.0)?),
+            Command::ShowPortInfo(sel) => {
+                let ps = self.select(sel)?;
+                self.show_port_info(&ps)?
+            }
+            Command::ShowPortStats(sel) => {
+                let ps = self.select(sel)?;
+                self.show_port_stats(&ps)
+            }
+            Command::ShowPortXstats(sel) => {
+                let ps = self.select(sel)?;
+                self.show_port_xstats(&ps)?
+            }
+            Command::ClearPortStats(sel) => {
+                let ps = self.select(sel)?;
+                self.clear_port_stats(&ps)?
+            }
+            Command::ShowFwdStats => {
+                let per_port = match (&self.run, &self.last) {
+                    (Some(run), _) => self.totals(run),
+                    (None, Some(last)) => last.per_port.clone(),
+                    (None, None) => return Err("no forwarding run yet; type 'start' first".into()),
+                };
+                print!("{}", fwd_report(&per_port));
+            }
+            Command::ClearFwdStats => {
+                if let Some(run) = self.run.as_ref() {
+                    for s in &run.streams {
+                        // Writers use load+store; a concurrent burst may re-add its own count.
+                        s.stats.rx.store(0, Ordering::Relaxed);
+                        s.stats.tx.store(0, Ordering::Relaxed);
+                        s.stats.tx_dropped.store(0, Ordering::Relaxed);
+                    }
+                }
+                self.last = None;
+                println!("  forward statistics cleared");
+            }
+            Command::ShowConfigFwd => print!("{}", self.fwd_config_text(false)),
+            Command::SetFwd(m) => {
+                self.while_stopped("set fwd")?;
+                self.mode = modes::lookup(m).ok_or("unknown mode")?;
+                println!("Set {} packet forwarding mode", self.mode.name);
+            }
+            Command::SetBurst(n) => {
+                self.while_stopped("set burst")?;
+                self.opts.burst = n;
+                println!("Number of packets per burst set to {n}");
+            }
+            Command::SetTxpkts(n) => {
+                self.while_stopped("set txpkts")?;
+                let room = self.opts.mbuf_size - crate::args::MBUF_HEADROOM;
+                if n > room {
+                    return Err(format!("'set txpkts {n}': frames must fit in one mbuf ({room} B); run with a larger --mbuf-size"));
+                }
+                self.opts.txpkts = n;
+                println!("txonly packet length set to {n}");
+            }
+            Command::SetNbCores(n) => {
+                self.while_stopped("set nbcore")?;
+                if self.workers.is_empty() && n > 1 || !self.workers.is_empty() && usize::from(n) > self.workers.len() {
+                    return Err(format!(
+                        "'set nbcore {n}': only {} forwarding lcore(s) enabled; restart with more lcores, e.g. -l 0-{n}",
+                        self.workers.len().max(1)
+                    ));
+                }
+                self.opts.nb_cores = Some(n);
+                println!("Number of forwarding cores set to {n}");
+            }
+            Command::SetPromisc(sel, on) => {
+                for p in self.select(sel)? {
+                    self.ports[p as usize].port.set_promiscuous(on).map_err(|e| format!("port {p}: {e}"))?;
+                }
+            }
+            Command::Start { tx_first } => self.start(tx_first, false)?,
+            Command::Stop => self.stop()?,
+            Command::Quit => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn interactive(&mut self) -> i32 {
+        if self.opts.auto_start {
+            println!("Start automatic packet forwarding");
+            if let Err(e) = self.start(self.opts.tx_first, false) {
+                err_line(&e);
+            }
+        }
+        let config = rustyline::Config::builder().auto_add_history(true).max_history_size(1000).map(|b| b.build());
+        let mut rl = match config.and_then(rustyline::DefaultEditor::with_config) {
+            Ok(rl) => rl,
+            Err(e) => {
+                err_line(&format!("cannot start the prompt: {e}"));
+                return 1;
+            }
+        };
+        loop {
+            let line = match rl.readline("droce> ") {
+                Ok(l) => l,
+                Err(rustyline::error::ReadlineError::Interrupted) => continue,
+                Err(rustyline::error::ReadlineError::Eof) => break,
+                Err(e) => {
+                    err_line(&format!("prompt: {e}"));
+                    break;
+                }
+            };
+            let cmd = match cmdline::parse(&line) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    err_line(&e.0);
+                    continue;
+                }
+            };
+            match self.execute(cmd) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => err_line(&e),
+            }
+            let _ = std::io::stdout().flush();
+        }
+        if self.run.is_some() {
+            let _ = self.stop();
+        }
+        println!("\nBye...");
+        0
+    }
+
+    fn batch(&mut self) -> i32 {
+        let signalled = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(sig, signalled.clone());
+        }
+        let enter = Arc::new(AtomicBool::new(false));
+        if self.opts.run_time.is_none() && self.opts.stats_period.is_none() {
+            // testpmd's batch mode without a stats period waits for Enter (or end of input).
+            println!("Press enter to exit");
+            let e2 = enter.clone();
+            let _ = std::thread::Builder::new().name("droce-stdin".into()).spawn(move || {
+                let mut s = String::new();
+                let _ = std::io::stdin().lock().read_line(&mut s);
+                e2.store(true, Ordering::Relaxed);
+            });
+        }
+        if let Err(e) = self.start(self.opts.tx_first, true) {
+            err_line(&e);
+            return 1;
+        }
+        let t0 = Instant::now();
+        let deadline = self.opts.run_time.map(|s| t0 + Duration::from_secs_f64(s));
+        let period = self.opts.stats_period.map(Duration::from_secs);
+        let mut next_stats = period.map(|p| t0 + p);
+        let clear = std::io::stdout().is_terminal();
+        let main_forwards = self.run.as_ref().is_some_and(|r| !r.main_streams.is_empty());
+        loop {
+            if main_forwards {
+                if let Some(run) = self.run.as_mut() {
+                    fwd::poll_rounds(&mut run.main_streams, 256);
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let now = Instant::now();
+            if let Some(t) = next_stats {
+                if now >= t {
+                    if clear {
+                        print!("\x1b[2J\x1b[1;1H");
+                    }
+                    println!("\nPort statistics ====================================");
+                    let all: Vec<u16> = (0..self.nb_ports()).collect();
+                    self.show_port_stats(&all);
+                    next_stats = period.map(|p| t + p);
+                }
+            }
+            if deadline.is_some_and(|d| now >= d) || signalled.load(Ordering::Relaxed) || enter.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        if signalled.load(Ordering::Relaxed) {
+            println!("\nSignal received, preparing to exit...");
+        }
+        let _ = self.stop();
+        0
+    }
+
+    fn close(&mut self) {
+        if self.run.is_some() {
+            let _ = self.stop();
+        }
+        println!("\nStopping ports...");
+        for st in self.ports.drain(..) {
+            let id = st.port.id();
+            let _ = st.port.stop();
+            let _ = st.port.close();
+            println!("Port {id} is closed");
+        }
+        println!("Done");
+    }
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn join(w: Worker) {
+    match w {
+        Worker::Lcore(h) => {
+            if let Err(e) = h.wait() {
+                err_line(&format!("forwarding lcore: {e}"));
+            }
+        }
+        Worker::Thread(h) => {
+            if h.join().is_err() {
+                err_line("forwarding thread panicked");
+            }
+        }
+    }
+}
+
+/// Forward statistics of every port and the accumulated block, as testpmd prints at `stop`.
+fn fwd_report(per_port: &[FwdTotals]) -> String {
+    let mut s = String::new();
+    let mut acc = FwdTotals::default();
+    for (p, t) in per_port.iter().enumerate() {
+        s.push_str(&stats::fwd_stats_block(p as u16, t));
+        acc.add(t);
+    }
+    s.push_str(&stats::accumulated_block(&acc));
+    s
+}
