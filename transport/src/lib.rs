@@ -4,4 +4,5 @@
 pub mod types;
 pub use types::*;
 pub mod wire;
+pub mod pcap;
 pub mod cm;
