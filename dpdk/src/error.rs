@@ -89,8 +89,9 @@ impl fmt::Display for Error {
             Error::EalNotInitialized => write!(f, "EAL is not initialised: call Eal::init first"),
             Error::VdevNotCreated { name, ports } => write!(
                 f,
-                "virtual device '{name}' was not created: unknown driver or bad device arguments \
-                 (expected e.g. --vdev=net_ring0, --vdev=net_null0, --vdev=net_memif0,role=server); ports present: [{}]",
+                "virtual device '{name}' was not created: its driver rejected the device arguments (see the \
+                 driver's log line above; e.g. --vdev=net_ring0, --vdev=net_null0, \
+                 --vdev=net_memif0,role=server,socket=/tmp/m.sock); ports present: [{}]",
                 ports.join(", ")
             ),
             Error::PortOutOfRange { port, available } => {
