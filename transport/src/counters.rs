@@ -1,0 +1,70 @@
+//! Device counters, named like rxe's hw_counters (`/sys/class/infiniband/rxe0/ports/1/hw_counters`)
+//! where rxe has one.
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident,)*) => {
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Counters { $($(#[$m])* pub $name: u64,)* }
+        impl Counters {
+            /// `(name, value)` pairs for printing.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name),)*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    /// RoCE frames transmitted.
+    sent_pkts,
+    /// RoCE frames received and accepted by a QP (after ICRC and addressing checks).
+    rcvd_pkts,
+    /// Requests received again (PSN before the expected one), answered by ACK/replay.
+    duplicate_request,
+    /// Requests received with a PSN after the expected one (a NAK is sent once per gap).
+    out_of_seq_request,
+    /// PSN sequence error NAKs received by a requester.
+    rcvd_seq_err,
+    /// Times the requester gave up after retry_cnt (RetryExcErr).
+    retry_exceeded_err,
+    /// Times the requester gave up after rnr_retry (RnrRetryExcErr).
+    retry_rnr_exceeded_err,
+    /// RNR NAKs received.
+    rcvd_rnr_err,
+    /// RNR NAKs sent.
+    send_rnr_err,
+    /// Retransmissions started by the local ACK timeout.
+    completer_retry_err,
+    /// ACKs the responder deferred (coalesced) instead of sending at once.
+    ack_deferred,
+    /// RDMA READ / WRITE / atomic requests executed by the responder.
+    rdma_sends,
+    /// SEND messages delivered to a receive WQE.
+    rdma_recvs,
+    /// Frames whose ICRC did not verify.
+    rcvd_icrc_err,
+    /// Frames that were not RoCEv2 or did not parse.
+    rcvd_malformed,
+    /// Frames addressed to another MAC/IP.
+    rcvd_not_for_us,
+    /// Frames for a QPN that does not exist or is not receiving.
+    rcvd_bad_qpn,
+    /// UD datagrams dropped for a Q_Key mismatch (IBA 10.2.5).
+    qkey_violation,
+    /// Frames dropped for a P_Key mismatch (IBA 10.9.3).
+    pkey_violation,
+    /// UD datagrams dropped because no receive WQE was posted.
+    ud_no_recv_wqe,
+    /// Frames whose opcode does not belong to the QP's transport (or unsupported opcodes).
+    rcvd_bad_opcode,
+    /// NAKs other than sequence/RNR sent by a responder.
+    send_nak,
+    /// NAKs other than sequence/RNR received by a requester.
+    rcvd_nak,
+    /// Responses dropped because they matched no outstanding request (late duplicates).
+    rcvd_ghost_response,
+    /// CQ overruns.
+    cq_overrun,
+    /// Packets retransmitted (any cause).
+    retransmitted_pkts,
+}

@@ -1,0 +1,120 @@
+//! Application memory as seen by the transport.
+//!
+//! The transport never dereferences an address itself: the embedder implements [`Memory`]
+//! (over a `Vec` in tests, over registered process memory in the FFI crates), so this crate
+//! stays `forbid(unsafe_code)`. Addresses are the virtual addresses the application registered
+//! and used in work requests; the transport has already checked them against a memory region
+//! before it calls in here, so an error from the embedder means the region and the backing
+//! store disagree (and is reported as a local protection or remote access error).
+
+/// The embedder could not reach `(addr, len)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryError;
+
+/// Reach application memory by virtual address.
+pub trait Memory {
+    /// Copy `buf.len()` bytes starting at `addr` into `buf`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
+    /// Copy `data` to `addr..addr + data.len()`.
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// 64-bit compare-and-swap at an 8-byte aligned address in host byte order
+    /// (IBA 9.4.5: the atomic is performed on the 64-bit value in the responder's memory).
+    /// Returns the original value.
+    fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError>;
+    /// 64-bit fetch-and-add at an 8-byte aligned address, wrapping. Returns the original value.
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError>;
+}
+
+/// A flat memory backed by a `Vec<u8>` that starts at virtual address `base`.
+/// Used by tests, the simulator and the fuzzer.
+#[derive(Debug, Clone)]
+pub struct VecMemory {
+    base: u64,
+    bytes: Vec<u8>,
+}
+
+impl VecMemory {
+    pub fn new(base: u64, len: usize) -> Self {
+        VecMemory { base, bytes: vec![0; len] }
+    }
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    /// The bytes at `addr..addr+len`; panics when out of range (test helper).
+    pub fn slice(&self, addr: u64, len: usize) -> &[u8] {
+        let r = self.range(addr, len).expect("VecMemory::slice out of range");
+        &self.bytes[r]
+    }
+    pub fn slice_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        let r = self.range(addr, len).expect("VecMemory::slice_mut out of range");
+        &mut self.bytes[r]
+    }
+    fn range(&self, addr: u64, len: usize) -> Option<core::ops::Range<usize>> {
+        let off = addr.checked_sub(self.base)?;
+        let off = usize::try_from(off).ok()?;
+        let end = off.checked_add(len)?;
+        (end <= self.bytes.len()).then_some(off..end)
+    }
+    fn word(&self, addr: u64) -> Result<core::ops::Range<usize>, MemoryError> {
+        if addr % 8 != 0 {
+            return Err(MemoryError);
+        }
+        self.range(addr, 8).ok_or(MemoryError)
+    }
+}
+
+impl Memory for VecMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let r = self.range(addr, buf.len()).ok_or(MemoryError)?;
+        buf.copy_from_slice(&self.bytes[r]);
+        Ok(())
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let r = self.range(addr, data.len()).ok_or(MemoryError)?;
+        self.bytes[r].copy_from_slice(data);
+        Ok(())
+    }
+    fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
+        let r = self.word(addr)?;
+        let orig = u64::from_ne_bytes(self.bytes[r.clone()].try_into().unwrap_or([0; 8]));
+        if orig == compare {
+            self.bytes[r].copy_from_slice(&swap.to_ne_bytes());
+        }
+        Ok(orig)
+    }
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError> {
+        let r = self.word(addr)?;
+        let orig = u64::from_ne_bytes(self.bytes[r.clone()].try_into().unwrap_or([0; 8]));
+        self.bytes[r].copy_from_slice(&orig.wrapping_add(add).to_ne_bytes());
+        Ok(orig)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_and_atomics() {
+        let mut m = VecMemory::new(0x1000, 64);
+        assert!(m.write(0x1000 + 60, &[1, 2, 3, 4]).is_ok());
+        assert_eq!(m.write(0x1000 + 61, &[1, 2, 3, 4]), Err(MemoryError));
+        assert_eq!(m.write(0xfff, &[1]), Err(MemoryError));
+        let mut b = [0u8; 4];
+        m.read(0x1000 + 60, &mut b).unwrap();
+        assert_eq!(b, [1, 2, 3, 4]);
+        assert_eq!(m.fetch_add(0x1008, 5), Ok(0));
+        assert_eq!(m.fetch_add(0x1008, 5), Ok(5));
+        assert_eq!(m.cmp_swap(0x1008, 3, 99), Ok(10));
+        assert_eq!(m.cmp_swap(0x1008, 10, 99), Ok(10));
+        assert_eq!(m.fetch_add(0x1008, 0), Ok(99));
+        assert_eq!(m.fetch_add(0x1004, 0), Err(MemoryError), "unaligned");
+        assert_eq!(m.fetch_add(0x1040, 0), Err(MemoryError), "out of range");
+    }
+}

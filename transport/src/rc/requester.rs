@@ -1,0 +1,262 @@
+//! RC requester (IBA 9.7.2..9.7.4, rxe_req.c): turns send WQEs into request packets —
+//! segmentation by path MTU, opcode sequences, PSNs, AckReq, limits on outstanding
+//! READ/atomic requests, fencing — and rewinds for go-back-N retransmission.
+
+use super::{packets_for, Payload, TxPkt};
+use crate::status::WcStatus;
+use crate::types::{Psn, Qpn};
+use crate::verbs::{SendFlags, SendOpcode, SendWr};
+use crate::wire::opcode::Opcode;
+use crate::wire::{AtomicEthRepr, RethRepr};
+use std::collections::VecDeque;
+
+/// rxe sets AckReq on the last packet of a message, and on a packet after more than this
+/// many packets without one (RXE_MAX_PKT_PER_ACK): vector B1 has 64-packet WRITEs with
+/// AckReq only on LAST.
+pub const MAX_PKTS_PER_ACK: u32 = 64;
+
+/// A posted send WQE and its progress.
+#[derive(Debug, Clone)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Copy of the gathered data for INLINE sends (and for UD, which has no retransmission).
+    pub inline: Option<Vec<u8>>,
+    pub len: u64,
+    /// Set at post time when an SGE fails the lkey check: completes with this status.
+    pub local_error: Option<WcStatus>,
+    pub started: bool,
+    pub first_psn: Psn,
+    pub npkts: u32,
+    /// READ response packets received so far.
+    pub read_rcvd: u32,
+    pub signaled: bool,
+}
+
+impl SendWqe {
+    pub fn new(wr: SendWr, inline: Option<Vec<u8>>, len: u64, local_error: Option<WcStatus>, signaled: bool) -> Self {
+        SendWqe {
+            wr,
+            inline,
+            len,
+            local_error,
+            started: false,
+            first_psn: Psn::ZERO,
+            npkts: 0,
+            read_rcvd: 0,
+            signaled,
+        }
+    }
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn + (self.npkts.max(1) - 1)
+    }
+    pub fn contains(&self, psn: Psn) -> bool {
+        self.started && psn.in_window(self.first_psn, self.npkts.max(1))
+    }
+}
+
+/// Limits from the QP attributes the requester obeys.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReqLimits {
+    pub mtu: u32,
+    pub max_rd_atomic: u32,
+    pub max_unacked_psns: u32,
+    pub dest_qp: Qpn,
+    /// The oldest PSN not yet acknowledged (completer's view).
+    pub comp_psn: Psn,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// Index into `sq` of the WQE being transmitted.
+    pub next: usize,
+    /// Packets of `sq[next]` already sent in this pass.
+    pub sent_pkts: u32,
+    /// Next PSN to put on the wire.
+    pub psn: Psn,
+    /// READ/atomic WQEs started and not yet completed.
+    pub rd_atomic_inflight: u32,
+    pub noack_pkts: u32,
+    /// Paused while waiting for an RNR timer.
+    pub rnr_wait: bool,
+    /// The PSN after the highest one ever sent.
+    pub sent_high: Psn,
+}
+
+/// Why the requester cannot send right now (used for tests and scheduling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Blocked {
+    Idle,
+    Window,
+    Fence,
+    RdAtomicLimit,
+    Rnr,
+    LocalError,
+}
+
+impl Requester {
+    /// Whether a packet could be produced now.
+    pub fn can_send(&self, lim: &ReqLimits) -> Result<(), Blocked> {
+        if self.rnr_wait {
+            return Err(Blocked::Rnr);
+        }
+        let Some(w) = self.sq.get(self.next) else { return Err(Blocked::Idle) };
+        if w.local_error.is_some() {
+            return Err(Blocked::LocalError);
+        }
+        // Do not run further ahead of the oldest unacknowledged PSN than the window.
+        if self.psn.forward_distance(lim.comp_psn) >= lim.max_unacked_psns {
+            return Err(Blocked::Window);
+        }
+        if !w.started {
+            // IBA 10.8.3.3 (fence): wait until every earlier READ/atomic has completed.
+            if w.wr.flags.contains(SendFlags::FENCE) && self.rd_atomic_inflight > 0 {
+                return Err(Blocked::Fence);
+            }
+            // C9-150 ..: never more outstanding READ/atomic requests than max_rd_atomic
+            // (the responder's max_dest_rd_atomic).
+            if w.wr.opcode.is_rd_atomic() && self.rd_atomic_inflight >= lim.max_rd_atomic {
+                return Err(Blocked::RdAtomicLimit);
+            }
+        }
+        Ok(())
+    }
+
+    /// Produce the next request packet, advancing PSN and WQE progress.
+    pub fn next_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
+        self.can_send(lim).ok()?;
+        let mtu = lim.mtu;
+        let psn = self.psn;
+        let w = &mut self.sq[self.next];
+        if !w.started {
+            w.started = true;
+            w.first_psn = psn;
+            w.npkts = match w.wr.opcode {
+                SendOpcode::CmpSwap | SendOpcode::FetchAdd => 1,
+                _ => packets_for(w.len, mtu),
+            };
+            if w.wr.opcode.is_rd_atomic() {
+                self.rd_atomic_inflight += 1;
+            }
+        }
+        let idx = psn.forward_distance(w.first_psn);
+        let offset = idx as u64 * mtu as u64;
+        let first = idx == 0;
+        let last = idx + 1 >= w.npkts;
+        let wr = &w.wr;
+        let mut pkt;
+        let mut consumed = 1;
+        match wr.opcode {
+            SendOpcode::Send | SendOpcode::SendImm | SendOpcode::SendInv => {
+                use SendOpcode::*;
+                let op = match (first, last, wr.opcode) {
+                    (true, true, Send) => Opcode::RcSendOnly,
+                    (true, true, SendImm) => Opcode::RcSendOnlyImm,
+                    (true, true, _) => Opcode::RcSendOnlyInv,
+                    (true, false, _) => Opcode::RcSendFirst,
+                    (false, false, _) => Opcode::RcSendMiddle,
+                    (false, true, Send) => Opcode::RcSendLast,
+                    (false, true, SendImm) => Opcode::RcSendLastImm,
+                    (false, true, _) => Opcode::RcSendLastInv,
+                };
+                pkt = TxPkt::new(op, psn, lim.dest_qp);
+                if last && wr.opcode == SendImm {
+                    pkt.immdt = Some(wr.imm_data);
+                }
+                if last && wr.opcode == SendInv {
+                    pkt.ieth = Some(crate::types::Rkey(wr.imm_data));
+                }
+                pkt.solicited = last && wr.flags.contains(SendFlags::SOLICITED);
+                let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
+                pkt.payload = Payload::SendWqe { wqe: self.next, offset, len };
+            }
+            SendOpcode::Write | SendOpcode::WriteImm => {
+                let imm = wr.opcode == SendOpcode::WriteImm;
+                let op = match (first, last, imm) {
+                    (true, true, false) => Opcode::RcWriteOnly,
+                    (true, true, true) => Opcode::RcWriteOnlyImm,
+                    (true, false, _) => Opcode::RcWriteFirst,
+                    (false, false, _) => Opcode::RcWriteMiddle,
+                    (false, true, false) => Opcode::RcWriteLast,
+                    (false, true, true) => Opcode::RcWriteLastImm,
+                };
+                pkt = TxPkt::new(op, psn, lim.dest_qp);
+                if first {
+                    pkt.reth = Some(RethRepr { va: wr.remote_addr, rkey: wr.rkey, len: w.len as u32 });
+                }
+                if last && imm {
+                    pkt.immdt = Some(wr.imm_data);
+                    pkt.solicited = wr.flags.contains(SendFlags::SOLICITED);
+                }
+                let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
+                pkt.payload = Payload::SendWqe { wqe: self.next, offset, len };
+            }
+            SendOpcode::Read => {
+                // A re-issued READ asks only for the part not yet received (9.7.4.1.4).
+                let off = offset.min(w.len);
+                pkt = TxPkt::new(Opcode::RcReadRequest, psn, lim.dest_qp);
+                pkt.reth = Some(RethRepr { va: wr.remote_addr.wrapping_add(off), rkey: wr.rkey, len: (w.len - off) as u32 });
+                consumed = w.npkts - idx;
+            }
+            SendOpcode::CmpSwap | SendOpcode::FetchAdd => {
+                let op = if wr.opcode == SendOpcode::CmpSwap { Opcode::RcCompareSwap } else { Opcode::RcFetchAdd };
+                pkt = TxPkt::new(op, psn, lim.dest_qp);
+                let (swap_add, compare) = if wr.opcode == SendOpcode::CmpSwap {
+                    (wr.swap, wr.compare_add)
+                } else {
+                    (wr.compare_add, 0)
+                };
+                pkt.atomic = Some(AtomicEthRepr { va: wr.remote_addr, rkey: wr.rkey, swap_add, compare });
+            }
+        }
+        let ends = last || matches!(wr.opcode, SendOpcode::Read);
+        self.noack_pkts += 1;
+        pkt.ack_req = ends || self.noack_pkts > MAX_PKTS_PER_ACK;
+        if pkt.ack_req {
+            self.noack_pkts = 0;
+        }
+        self.psn = psn + consumed;
+        if self.psn.is_after(self.sent_high) {
+            self.sent_high = self.psn;
+        }
+        if ends {
+            self.next += 1;
+            self.sent_pkts = 0;
+        } else {
+            self.sent_pkts = idx + 1;
+        }
+        Some(pkt)
+    }
+
+    /// Go back to `psn` (go-back-N, IBA 9.7.4.1.4): the next packets are resent from the
+    /// WQE that contains it. Returns false when no started WQE contains `psn`.
+    pub fn rewind(&mut self, psn: Psn) -> bool {
+        let Some(i) = self.sq.iter().position(|w| w.contains(psn)) else { return false };
+        let w = &self.sq[i];
+        self.next = i;
+        self.sent_pkts = psn.forward_distance(w.first_psn);
+        self.psn = psn;
+        self.noack_pkts = 0;
+        true
+    }
+
+    /// Whether PSNs are in flight (sent, not acknowledged).
+    pub fn has_unacked(&self, comp_psn: Psn) -> bool {
+        self.sent_high != comp_psn
+    }
+
+    /// After acknowledgements overtook a rewind, continue from `comp_psn`.
+    pub fn catch_up(&mut self, comp_psn: Psn) {
+        if self.psn.is_before(comp_psn) && !self.rewind(comp_psn) {
+            self.next = self.sq.iter().position(|w| !w.started).unwrap_or(self.sq.len());
+            self.sent_pkts = 0;
+            self.psn = comp_psn;
+        }
+    }
+
+    /// Set the starting PSN (RTR->RTS with SQ_PSN).
+    pub fn set_psn(&mut self, psn: Psn) {
+        self.psn = psn;
+        self.sent_high = psn;
+    }
+}

@@ -1,0 +1,547 @@
+//! RC responder (IBA 9.7.5.2, rxe_resp.c): the check pipeline of chapter 9 as small
+//! functions chained with `?` — PSN, opcode sequence, opcode validity, resources, length,
+//! R_Key — then execution. Each check returns an [`Action`] on failure; `handle_request`
+//! applies actions in one place. Replies (ACK/NAK, READ responses, atomic ACKs) are queued
+//! in PSN order and sent by `next_reply`.
+
+use super::{packets_for, Effects, Payload, TxPkt};
+use crate::counters::Counters;
+use crate::memory::Memory;
+use crate::qp::Qp;
+use crate::rc::requester::MAX_PKTS_PER_ACK;
+use crate::slab::Slab;
+use crate::status::{ResponderError, WcOpcode, WcStatus};
+use crate::time::{Duration, Instant};
+use crate::timer::Timer;
+use crate::types::{Msn, Psn, Rkey};
+use crate::verbs::mr::lookup_rkey;
+use crate::verbs::{AccessFlags, MemoryRegion, RecvWqe, SharedReceiveQueue, SrqHandle, WcFlags, WorkCompletion};
+use crate::wire::opcode::Opcode;
+use crate::wire::{AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, RethRepr};
+use std::collections::VecDeque;
+
+/// AETH credit code 31: unlimited credits, what rxe always advertises (vector A1).
+pub const CREDITS_UNLIMITED: u8 = 31;
+
+/// A request packet as the responder needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub solicited: bool,
+    pub reth: Option<RethRepr>,
+    pub atomic: Option<AtomicEthRepr>,
+    pub immdt: Option<u32>,
+    pub ieth: Option<Rkey>,
+    pub payload: &'a [u8],
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct CurRecv {
+    pub wqe: RecvWqe,
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteCtx {
+    pub va: u64,
+    pub total: u64,
+    pub done: u64,
+}
+
+/// Where in a multi-packet message the responder is (9.7.5.2.2: opcode sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum InMessage {
+    #[default]
+    None,
+    Send,
+    Write,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ResourceKind {
+    Read { va: u64, len: u64 },
+    Atomic { orig: u64 },
+}
+
+/// A READ or atomic kept for duplicate replay (9.7.5.2.3, C9-...: results of the last
+/// max_dest_rd_atomic requests are saved).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resource {
+    pub first_psn: Psn,
+    pub npkts: u32,
+    pub kind: ResourceKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reply {
+    Ack { psn: Psn, syndrome: AethSyndrome, msn: Msn },
+    Read { first_psn: Psn, start: u32, next: u32, npkts: u32, va: u64, len: u64, msn: Msn },
+    Atomic { psn: Psn, orig: u64, msn: Msn },
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN.
+    pub epsn: Psn,
+    pub msn: Msn,
+    /// A sequence or RNR NAK was sent for the current `epsn` (NAK once per gap, 9.7.5.2.1).
+    pub nak_sent: bool,
+    pub recv: Option<CurRecv>,
+    pub write: Option<WriteCtx>,
+    pub in_msg: InMessage,
+    pub resources: VecDeque<Resource>,
+    pub queue: VecDeque<Reply>,
+    /// Packets accepted since the last ACK was queued.
+    pub unacked: u32,
+}
+
+/// The outcome of a failed check, applied by `handle_request`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Silently discard (9.7.5.2.1: a second out-of-sequence packet in the same gap).
+    Drop,
+    /// A duplicate that was answered (re-ACK or replay).
+    Duplicate,
+    /// PSN sequence error: NAK once.
+    SeqNak,
+    /// No receive WQE: RNR NAK (9.7.5.2.8).
+    Rnr,
+    /// A class B/C/D error: NAK, then the QP goes to the error state.
+    Nak(ResponderError),
+}
+
+/// Everything the responder reaches outside its QP.
+pub(crate) struct RespCtx<'a, M: Memory> {
+    pub mem: &'a mut M,
+    pub mrs: &'a mut Slab<MemoryRegion>,
+    pub srqs: &'a mut Slab<SharedReceiveQueue>,
+    pub counters: &'a mut Counters,
+    pub pd: crate::verbs::PdHandle,
+    pub ack_coalesce: Duration,
+}
+
+type Check<T> = Result<T, Action>;
+
+fn is_send(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(op, RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendOnly | RcSendOnlyImm | RcSendLastInv | RcSendOnlyInv)
+}
+fn is_write(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(op, RcWriteFirst | RcWriteMiddle | RcWriteLast | RcWriteLastImm | RcWriteOnly | RcWriteOnlyImm)
+}
+fn is_atomic(op: Opcode) -> bool {
+    matches!(op, Opcode::RcCompareSwap | Opcode::RcFetchAdd)
+}
+fn starts(op: Opcode) -> bool {
+    op.info().starts_message()
+}
+fn ends(op: Opcode) -> bool {
+    op.info().ends_message()
+}
+
+/// 9.7.5.2.1 (C9-92..C9-94): PSN check. Duplicates are answered here.
+fn check_psn(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>) -> Check<()> {
+    let d = r.psn.distance(qp.resp.epsn);
+    if d > 0 {
+        ctx.counters.out_of_seq_request += 1;
+        if qp.resp.nak_sent {
+            return Err(Action::Drop);
+        }
+        return Err(Action::SeqNak);
+    }
+    if d < 0 {
+        ctx.counters.duplicate_request += 1;
+        duplicate(qp, r);
+        return Err(Action::Duplicate);
+    }
+    Ok(())
+}
+
+/// 9.7.5.2.3: duplicate requests. SEND/WRITE are re-acknowledged (C9-104), READs replayed
+/// from memory (C9-105), atomics answered with the saved result, never re-executed (C9-106).
+fn duplicate(qp: &mut Qp, r: &Request<'_>) {
+    let msn = qp.resp.msn;
+    if r.opcode == Opcode::RcReadRequest {
+        let hit = qp.resp.resources.iter().rev().find(|res| {
+            matches!(res.kind, ResourceKind::Read { .. }) && r.psn.in_window(res.first_psn, res.npkts)
+        });
+        if let Some(&Resource { first_psn, npkts, kind: ResourceKind::Read { va, len } }) = hit {
+            let start = r.psn.forward_distance(first_psn);
+            // Drop an unsent replay of the same READ: the new one supersedes it.
+            qp.resp.queue.retain(|q| !matches!(q, Reply::Read { first_psn: f, .. } if *f == first_psn));
+            qp.resp.queue.push_back(Reply::Read { first_psn, start, next: start, npkts, va, len, msn });
+        }
+    } else if is_atomic(r.opcode) {
+        let hit = qp.resp.resources.iter().rev().find(|res| res.first_psn == r.psn);
+        if let Some(&Resource { kind: ResourceKind::Atomic { orig }, .. }) = hit {
+            qp.resp.queue.push_back(Reply::Atomic { psn: r.psn, orig, msn });
+        }
+    } else if r.ack_req || ends(r.opcode) {
+        queue_ack(qp, qp.resp.epsn - 1);
+    }
+}
+
+/// 9.7.5.2.2 (C9-95): opcode sequence inside a multi-packet message.
+fn check_op_seq(qp: &Qp, r: &Request<'_>) -> Check<()> {
+    use Opcode::*;
+    let ok = match qp.resp.in_msg {
+        InMessage::Send => matches!(r.opcode, RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv),
+        InMessage::Write => matches!(r.opcode, RcWriteMiddle | RcWriteLast | RcWriteLastImm),
+        InMessage::None => starts(r.opcode) && (is_send(r.opcode) || is_write(r.opcode) || r.opcode == RcReadRequest || is_atomic(r.opcode)),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Action::Nak(ResponderError::InvalidRequest))
+    }
+}
+
+/// 9.7.5.2.4 (C9-96): the QP must be enabled for the remote operation (rxe answers an
+/// operation the QP does not allow with an Invalid Request NAK).
+fn check_op_valid(qp: &Qp, r: &Request<'_>) -> Check<()> {
+    let acc = qp.attr.qp_access_flags;
+    let need = if is_write(r.opcode) {
+        AccessFlags::REMOTE_WRITE
+    } else if r.opcode == Opcode::RcReadRequest {
+        AccessFlags::REMOTE_READ
+    } else if is_atomic(r.opcode) {
+        AccessFlags::REMOTE_ATOMIC
+    } else {
+        AccessFlags::NONE
+    };
+    if acc.contains(need) {
+        Ok(())
+    } else {
+        Err(Action::Nak(ResponderError::InvalidRequest))
+    }
+}
+
+/// 9.7.5.2.8 (C9-...): a SEND needs a receive WQE, and so does the end of a WRITE with
+/// immediate; without one the responder answers RNR NAK.
+fn check_resources(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx: &mut Effects) -> Check<()> {
+    let needs_wqe = (is_send(r.opcode) && starts(r.opcode)) || matches!(r.opcode, Opcode::RcWriteLastImm | Opcode::RcWriteOnlyImm);
+    if !needs_wqe || qp.resp.recv.is_some() {
+        return Ok(());
+    }
+    let wqe = match qp.init.srq {
+        Some(h) => {
+            let srq = ctx.srqs.get_mut(h.0).ok_or(Action::Rnr)?;
+            let (w, fired) = srq.take().ok_or(Action::Rnr)?;
+            if fired {
+                fx.srq_limit = Some(SrqHandle(h.0));
+            }
+            w
+        }
+        None => qp.rq.pop_front().ok_or(Action::Rnr)?,
+    };
+    qp.resp.recv = Some(CurRecv { wqe, offset: 0 });
+    Ok(())
+}
+
+/// 9.7.5.2.5 (C9-97..C9-99): packet and message lengths.
+fn check_length(qp: &Qp, r: &Request<'_>) -> Check<()> {
+    let mtu = qp.mtu() as usize;
+    let n = r.payload.len();
+    let info = r.opcode.info();
+    let bad = ResponderError::InvalidRequest;
+    if info.has_payload() {
+        let ok = if info.is_first() || info.is_middle() { n == mtu } else if info.is_last() { (1..=mtu).contains(&n) } else { n <= mtu };
+        if !ok {
+            return Err(Action::Nak(bad));
+        }
+    }
+    if is_send(r.opcode) {
+        let rcv = qp.resp.recv.as_ref().ok_or(Action::Nak(bad))?;
+        if rcv.offset + n as u64 > rcv.wqe.len {
+            return Err(Action::Nak(ResponderError::Length));
+        }
+    } else if is_write(r.opcode) {
+        let (total, done) = if starts(r.opcode) {
+            let reth = r.reth.ok_or(Action::Nak(bad))?;
+            (reth.len as u64, 0)
+        } else {
+            let w = qp.resp.write.ok_or(Action::Nak(bad))?;
+            (w.total, w.done)
+        };
+        let after = done + n as u64;
+        if after > total || (ends(r.opcode) && after != total) {
+            return Err(Action::Nak(bad));
+        }
+    } else if r.opcode == Opcode::RcReadRequest {
+        let reth = r.reth.ok_or(Action::Nak(bad))?;
+        if reth.len > 1 << 31 {
+            return Err(Action::Nak(bad));
+        }
+    }
+    Ok(())
+}
+
+/// 9.7.5.2.6 / 10.6.7.2 (C9-88..C9-90, o10-...): R_Key, bounds, PD and access rights.
+fn check_rkey(r: &Request<'_>, ctx: &RespCtx<'_, impl Memory>) -> Check<()> {
+    let (rkey, va, len, need) = if is_write(r.opcode) && starts(r.opcode) {
+        let reth = r.reth.ok_or(Action::Nak(ResponderError::InvalidRequest))?;
+        (reth.rkey, reth.va, reth.len as u64, AccessFlags::REMOTE_WRITE)
+    } else if r.opcode == Opcode::RcReadRequest {
+        let reth = r.reth.ok_or(Action::Nak(ResponderError::InvalidRequest))?;
+        (reth.rkey, reth.va, reth.len as u64, AccessFlags::REMOTE_READ)
+    } else if is_atomic(r.opcode) {
+        let a = r.atomic.ok_or(Action::Nak(ResponderError::InvalidRequest))?;
+        // C9-...: the atomic VA must be 8-byte aligned.
+        if a.va % 8 != 0 {
+            return Err(Action::Nak(ResponderError::InvalidRequest));
+        }
+        (a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)
+    } else {
+        return Ok(());
+    };
+    // A zero-length RDMA operation does not check the R_Key (9.7.5.2.6).
+    if len == 0 {
+        return Ok(());
+    }
+    let mr = lookup_rkey(ctx.mrs, rkey).ok_or(Action::Nak(ResponderError::RemoteAccess))?;
+    mr.check(ctx.pd, va, len, need).map_err(|_| Action::Nak(ResponderError::RemoteAccess))
+}
+
+/// Carry out a request that passed every check.
+fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx: &mut Effects) -> Check<()> {
+    let op_err = Action::Nak(ResponderError::RemoteOperational);
+    let mut npkts = 1;
+    if is_send(r.opcode) {
+        let rcv = qp.resp.recv.as_mut().ok_or(op_err)?;
+        super::completer::scatter(ctx.mem, &rcv.wqe.wr.sg_list, rcv.offset, r.payload).map_err(|_| op_err)?;
+        rcv.offset += r.payload.len() as u64;
+        if ends(r.opcode) {
+            let rcv = qp.resp.recv.take().ok_or(op_err)?;
+            let mut wc = recv_wc(qp, &rcv.wqe, WcStatus::Success, WcOpcode::Recv, rcv.offset as u32);
+            if let Some(imm) = r.immdt {
+                wc.imm_data = imm;
+                wc.wc_flags.0 |= WcFlags::WITH_IMM.0;
+            }
+            if let Some(rkey) = r.ieth {
+                wc.imm_data = rkey.0;
+                wc.wc_flags.0 |= WcFlags::WITH_INV.0;
+                // 10.6.7.2.2: a SEND with Invalidate invalidates the named region of this PD.
+                let idx = rkey.0 >> 8;
+                if let Some(mr) = ctx.mrs.get_mut(idx) {
+                    if mr.rkey == rkey && mr.pd == ctx.pd {
+                        mr.remote_valid = false;
+                    }
+                }
+            }
+            fx.wcs.push((qp.init.recv_cq, wc, r.solicited));
+            ctx.counters.rdma_recvs += 1;
+            qp.resp.msn = qp.resp.msn.next();
+            qp.resp.in_msg = InMessage::None;
+        } else {
+            qp.resp.in_msg = InMessage::Send;
+        }
+    } else if is_write(r.opcode) {
+        if starts(r.opcode) {
+            let reth = r.reth.ok_or(op_err)?;
+            qp.resp.write = Some(WriteCtx { va: reth.va, total: reth.len as u64, done: 0 });
+        }
+        let w = qp.resp.write.as_mut().ok_or(op_err)?;
+        if !r.payload.is_empty() {
+            ctx.mem.write(w.va.wrapping_add(w.done), r.payload).map_err(|_| op_err)?;
+        }
+        w.done += r.payload.len() as u64;
+        let total = w.total;
+        if ends(r.opcode) {
+            qp.resp.write = None;
+            qp.resp.in_msg = InMessage::None;
+            ctx.counters.rdma_sends += 1;
+            qp.resp.msn = qp.resp.msn.next();
+            if let Some(imm) = r.immdt {
+                let rcv = qp.resp.recv.take().ok_or(op_err)?;
+                let mut wc = recv_wc(qp, &rcv.wqe, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32);
+                wc.imm_data = imm;
+                wc.wc_flags.0 |= WcFlags::WITH_IMM.0;
+                fx.wcs.push((qp.init.recv_cq, wc, r.solicited));
+            }
+        } else {
+            qp.resp.in_msg = InMessage::Write;
+        }
+    } else if r.opcode == Opcode::RcReadRequest {
+        let reth = r.reth.ok_or(op_err)?;
+        let len = reth.len as u64;
+        npkts = packets_for(len, qp.mtu());
+        qp.resp.msn = qp.resp.msn.next();
+        ctx.counters.rdma_sends += 1;
+        save_resource(qp, Resource { first_psn: r.psn, npkts, kind: ResourceKind::Read { va: reth.va, len } });
+        let msn = qp.resp.msn;
+        qp.resp.queue.push_back(Reply::Read { first_psn: r.psn, start: 0, next: 0, npkts, va: reth.va, len, msn });
+    } else if is_atomic(r.opcode) {
+        let a = r.atomic.ok_or(op_err)?;
+        let orig = if r.opcode == Opcode::RcCompareSwap {
+            ctx.mem.cmp_swap(a.va, a.compare, a.swap_add)
+        } else {
+            ctx.mem.fetch_add(a.va, a.swap_add)
+        }
+        .map_err(|_| op_err)?;
+        qp.resp.msn = qp.resp.msn.next();
+        ctx.counters.rdma_sends += 1;
+        save_resource(qp, Resource { first_psn: r.psn, npkts: 1, kind: ResourceKind::Atomic { orig } });
+        let msn = qp.resp.msn;
+        qp.resp.queue.push_back(Reply::Atomic { psn: r.psn, orig, msn });
+    }
+    qp.resp.epsn = r.psn + npkts;
+    qp.resp.nak_sent = false;
+    Ok(())
+}
+
+fn save_resource(qp: &mut Qp, res: Resource) {
+    let cap = (qp.attr.max_dest_rd_atomic as usize).max(1);
+    while qp.resp.resources.len() >= cap {
+        qp.resp.resources.pop_front();
+    }
+    qp.resp.resources.push_back(res);
+    // A READ/atomic reply acknowledges everything before it.
+    qp.resp.unacked = 0;
+}
+
+fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: wqe.wr.wr_id,
+        status,
+        opcode,
+        byte_len,
+        imm_data: 0,
+        qp_num: qp.qpn,
+        src_qp: qp.attr.dest_qp_num,
+        wc_flags: WcFlags::default(),
+        pkey_index: qp.attr.pkey_index,
+    }
+}
+
+/// Queue an ACK for everything up to `psn`, merging with an unsent ACK at the tail.
+fn queue_ack(qp: &mut Qp, psn: Psn) {
+    let msn = qp.resp.msn;
+    qp.resp.unacked = 0;
+    qp.timers.stop(Timer::AckCoalesce);
+    let syndrome = AethSyndrome::Ack { credits: CREDITS_UNLIMITED };
+    if let Some(Reply::Ack { psn: p, syndrome: AethSyndrome::Ack { .. }, msn: m }) = qp.resp.queue.back_mut() {
+        *p = psn;
+        *m = msn;
+        return;
+    }
+    qp.resp.queue.push_back(Reply::Ack { psn, syndrome, msn });
+}
+
+/// Handle one request packet for an RC QP in RTR/RTS/SQD.
+pub(crate) fn handle_request<M: Memory>(
+    qp: &mut Qp,
+    r: &Request<'_>,
+    ctx: &mut RespCtx<'_, M>,
+    now: Instant,
+    fx: &mut Effects,
+) {
+    let result = check_psn(qp, r, ctx)
+        .and_then(|()| check_op_seq(qp, r))
+        .and_then(|()| check_op_valid(qp, r))
+        .and_then(|()| check_resources(qp, r, ctx, fx))
+        .and_then(|()| check_length(qp, r))
+        .and_then(|()| check_rkey(r, ctx))
+        .and_then(|()| execute(qp, r, ctx, fx));
+    match result {
+        Ok(()) => {
+            if matches!(r.opcode, Opcode::RcReadRequest | Opcode::RcCompareSwap | Opcode::RcFetchAdd) {
+                return;
+            }
+            // 9.7.5.1.1: ACK when asked; otherwise coalesce (C9-...: an ACK may cover
+            // several requests), bounded by a packet count and a timer.
+            qp.resp.unacked += 1;
+            if r.ack_req || qp.resp.unacked >= MAX_PKTS_PER_ACK {
+                queue_ack(qp, r.psn);
+            } else {
+                ctx.counters.ack_deferred += 1;
+                if !qp.timers.is_set(Timer::AckCoalesce) {
+                    qp.timers.set(Timer::AckCoalesce, now + ctx.ack_coalesce);
+                }
+            }
+        }
+        Err(Action::Drop) | Err(Action::Duplicate) => {}
+        Err(Action::SeqNak) => {
+            qp.resp.nak_sent = true;
+            let (psn, msn) = (qp.resp.epsn, qp.resp.msn);
+            qp.resp.queue.push_back(Reply::Ack { psn, syndrome: AethSyndrome::Nak(ResponderError::PsnSequence.nak_code()), msn });
+        }
+        Err(Action::Rnr) => {
+            ctx.counters.send_rnr_err += 1;
+            qp.resp.nak_sent = true;
+            let (psn, msn) = (qp.resp.epsn, qp.resp.msn);
+            qp.resp.queue.push_back(Reply::Ack { psn, syndrome: AethSyndrome::RnrNak { timer: qp.attr.min_rnr_timer }, msn });
+        }
+        Err(Action::Nak(e)) => {
+            ctx.counters.send_nak += 1;
+            let (psn, msn) = (qp.resp.epsn, qp.resp.msn);
+            qp.resp.queue.push_back(Reply::Ack { psn, syndrome: AethSyndrome::Nak(e.nak_code()), msn });
+            if let Some(rcv) = qp.resp.recv.take() {
+                let wc = recv_wc(qp, &rcv.wqe, e.responder_status(), WcOpcode::Recv, 0);
+                fx.wcs.push((qp.init.recv_cq, wc, false));
+            }
+            // Class B/C/D errors put the responder QP in the error state (9.9.2).
+            fx.qp_error = true;
+            fx.error_status = Some(e.responder_status());
+        }
+    }
+}
+
+/// The ACK coalescing timer fired: acknowledge what was received.
+pub(crate) fn on_ack_timeout(qp: &mut Qp) {
+    if qp.resp.unacked > 0 {
+        queue_ack(qp, qp.resp.epsn - 1);
+    }
+}
+
+/// The next reply packet, if any. In the error state only ACK/NAKs still go out (the
+/// NAK that caused the error must reach the requester).
+pub(crate) fn next_reply(qp: &mut Qp, error_state: bool) -> Option<TxPkt> {
+    let mtu = qp.mtu() as u64;
+    let dest = qp.attr.dest_qp_num;
+    loop {
+        let front = qp.resp.queue.front_mut()?;
+        match front {
+            Reply::Ack { psn, syndrome, msn } => {
+                let mut p = TxPkt::new(Opcode::RcAcknowledge, *psn, dest);
+                p.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
+                qp.resp.queue.pop_front();
+                return Some(p);
+            }
+            _ if error_state => {
+                qp.resp.queue.pop_front();
+            }
+            Reply::Atomic { psn, orig, msn } => {
+                let mut p = TxPkt::new(Opcode::RcAtomicAcknowledge, *psn, dest);
+                p.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
+                p.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
+                qp.resp.queue.pop_front();
+                return Some(p);
+            }
+            Reply::Read { first_psn, start, next, npkts, va, len, msn } => {
+                let i = *next;
+                let last = i + 1 >= *npkts;
+                let op = match (i == *start, last) {
+                    (true, true) => Opcode::RcReadResponseOnly,
+                    (true, false) => Opcode::RcReadResponseFirst,
+                    (false, true) => Opcode::RcReadResponseLast,
+                    (false, false) => Opcode::RcReadResponseMiddle,
+                };
+                let mut p = TxPkt::new(op, *first_psn + i, dest);
+                if op != Opcode::RcReadResponseMiddle {
+                    p.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
+                }
+                let off = i as u64 * mtu;
+                let n = (*len - off.min(*len)).min(mtu) as u32;
+                p.payload = Payload::Memory { va: va.wrapping_add(off), len: n };
+                *next += 1;
+                if last {
+                    qp.resp.queue.pop_front();
+                }
+                return Some(p);
+            }
+        }
+    }
+}
