@@ -1,13 +1,16 @@
 //! Golden test: the IB CM MADs Linux 6.1 rxe sent for `rping -C 3` (shared/vectors/G_rping.pcap,
 //! fields from the tshark decode in G_rping.txt). Every MAD must parse to the decoded values,
 //! re-emit byte for byte, and the REQ's rdma_cm private-data header must give the rping
-//! addresses and ports.
+//! addresses and ports. Frames are located with the crate's pcap reader and wire parser.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use droce_transport::cm::rdma_cm::{self, CmaAddrs, CmaHeaderRepr, PortSpace};
 use droce_transport::cm::{AttributeId, CmMad, CmMessage, Method, GSI_QKEY, GSI_QPN, MAD_SIZE};
+use droce_transport::pcap;
+use droce_transport::wire::{Opcode, RoceRepr};
+use droce_transport::{Gid, PKey, Psn, QKey, Qpn};
 
 /// `$DROCE_VECTORS`, else `../shared/vectors` next to the repository (the project layout).
 fn vectors_dir() -> PathBuf {
@@ -17,68 +20,50 @@ fn vectors_dir() -> PathBuf {
     }
 }
 
-/// Frames of a classic little-endian microsecond pcap (what the vectors are).
-fn read_pcap(name: &str) -> Vec<Vec<u8>> {
+fn read_capture(name: &str) -> Vec<u8> {
     let path = vectors_dir().join(name);
-    let d = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (set DROCE_VECTORS)", path.display()));
-    assert!(d.len() >= 24, "pcap global header");
-    assert_eq!(&d[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "little-endian µs pcap");
-    assert_eq!(
-        u32::from_le_bytes(d[20..24].try_into().unwrap()),
-        1,
-        "Ethernet link type"
-    );
-    let mut frames = Vec::new();
-    let mut off = 24;
-    while off + 16 <= d.len() {
-        let incl = u32::from_le_bytes(d[off + 8..off + 12].try_into().unwrap()) as usize;
-        let orig = u32::from_le_bytes(d[off + 12..off + 16].try_into().unwrap()) as usize;
-        assert_eq!(incl, orig, "full frames");
-        off += 16;
-        frames.push(d[off..off + incl].to_vec());
-        off += incl;
-    }
-    assert_eq!(off, d.len(), "no trailing bytes");
-    frames
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (set DROCE_VECTORS)", path.display()))
 }
 
-/// The MAD in a RoCEv2 UD SEND_ONLY to QP1, located by fixed offsets because these frames
-/// have no VLAN, no IP options and no GRH: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + DETH 8 = 62,
-/// then 256 MAD bytes and the 4-byte ICRC. The wire module's parser can replace this once
-/// `droce_transport::wire` is in the crate; here the headers are checked just enough to be sure
-/// the bytes are what the offsets claim.
+/// Headers and payload of one RoCEv2 frame, by the wire module's parser.
+fn roce(frame: &[u8]) -> (RoceRepr, &[u8]) {
+    let (r, payload) = RoceRepr::parse(frame).expect("a RoCEv2 frame");
+    (r, &frame[payload])
+}
+
+/// The MAD in a UD SEND_ONLY to QP1 with DETH Q_Key 0x80010000 and source QP 1.
 fn gsi_mad(frame: &[u8]) -> &[u8] {
-    assert_eq!(frame.len(), 62 + MAD_SIZE + 4, "one MAD per frame");
-    assert_eq!(&frame[12..14], &[0x08, 0x00], "IPv4");
-    assert_eq!(frame[14], 0x45, "IPv4 without options");
-    assert_eq!(frame[23], 17, "UDP");
+    let (r, payload) = roce(frame);
+    assert_eq!(r.bth.opcode, Opcode::UdSendOnly);
+    assert_eq!(r.bth.dest_qp, Qpn::new(GSI_QPN));
+    let deth = r.deth.expect("DETH");
+    assert_eq!(deth.qkey, QKey(GSI_QKEY));
+    assert_eq!(deth.src_qp, Qpn::GSI);
     assert_eq!(
-        u16::from_be_bytes([frame[36], frame[37]]),
-        4791,
-        "RoCEv2 port"
+        r.udp.src_port,
+        0xc000 + 0x1872,
+        "rxe QP1 source port 0xC000 + hash_32(1, 14)"
     );
-    assert_eq!(frame[42], 0x64, "BTH opcode UD SEND_ONLY");
-    let dqpn = u32::from_be_bytes([0, frame[47], frame[48], frame[49]]);
-    assert_eq!(dqpn, GSI_QPN, "destination QP1");
-    let qkey = u32::from_be_bytes(frame[54..58].try_into().unwrap());
-    assert_eq!(qkey, GSI_QKEY, "DETH Q_Key");
-    let sqpn = u32::from_be_bytes([0, frame[59], frame[60], frame[61]]);
-    assert_eq!(sqpn, GSI_QPN, "DETH source QP1");
-    &frame[62..62 + MAD_SIZE]
+    assert_eq!(payload.len(), MAD_SIZE, "one MAD per frame");
+    payload
 }
 
-fn ip(a: &str) -> Ipv6Addr {
-    a.parse().unwrap()
+fn gid4(a: [u8; 4]) -> Gid {
+    Gid::from_ipv4(Ipv4Addr::from(a))
 }
 
 #[test]
 fn rping_cm_mads() {
-    let frames = read_pcap("G_rping.pcap");
+    let file = read_capture("G_rping.pcap");
+    let frames: Vec<&[u8]> = pcap::read(&file)
+        .expect("pcap")
+        .iter()
+        .map(|f| f.data)
+        .collect();
     assert_eq!(frames.len(), 41);
     // Frames 1, 2, 3, 40, 41 of G_rping.txt (1-based) carry the MADs; every other frame is RC.
     let mad_frames: Vec<usize> = (0..frames.len())
-        .filter(|&i| frames[i][42] == 0x64)
+        .filter(|&i| roce(frames[i]).0.bth.opcode == Opcode::UdSendOnly)
         .map(|i| i + 1)
         .collect();
     assert_eq!(mad_frames, [1, 2, 3, 40, 41]);
@@ -88,7 +73,7 @@ fn rping_cm_mads() {
     const SERVER_COMM_ID: u32 = 0xb3ac_fdef;
     let mut parsed = Vec::new();
     for n in mad_frames {
-        let bytes = gsi_mad(&frames[n - 1]);
+        let bytes = gsi_mad(frames[n - 1]);
         let mad = CmMad::parse(bytes).unwrap_or_else(|e| panic!("frame {n}: {e}"));
         assert_eq!(mad.header.base_version, 1);
         assert_eq!(mad.header.mgmt_class, 0x07);
@@ -106,15 +91,14 @@ fn rping_cm_mads() {
         assert_eq!(
             CmMad::new(TID, mad.message.clone()),
             mad,
-            "frame {n}: ib_cm's default header"
+            "frame {n}: ib_cm's header"
         );
-        parsed.push((n, mad));
+        parsed.push(mad);
     }
 
     // Frame 1: REQ from the client (vm1, 192.168.77.11).
-    let (_, req_mad) = &parsed[0];
-    assert_eq!(req_mad.header.attribute_id, AttributeId::REQ);
-    let CmMessage::Req(req) = &req_mad.message else {
+    assert_eq!(parsed[0].header.attribute_id, AttributeId::REQ);
+    let CmMessage::Req(req) = &parsed[0].message else {
         panic!("frame 1 is not a REQ")
     };
     assert_eq!(req.local_comm_id, CLIENT_COMM_ID);
@@ -124,18 +108,18 @@ fn rping_cm_mads() {
         Some((PortSpace::TCP, 0x1c06))
     );
     assert_eq!(req.local_ca_guid, 0x5054_00ff_fe77_0011);
-    assert_eq!(req.local_qkey, 0);
-    assert_eq!(req.local_qpn, 0x31);
+    assert_eq!(req.local_qkey, QKey(0));
+    assert_eq!(req.local_qpn, Qpn::new(0x31));
     assert_eq!(req.responder_resources, 1);
     assert_eq!(req.initiator_depth, 1);
     assert_eq!((req.local_eecn, req.remote_eecn), (0, 0));
     assert_eq!(req.transport_service_type, 0, "RC");
     assert!(!req.end_to_end_flow_control);
-    assert_eq!(req.starting_psn, 0xf9_e08a);
+    assert_eq!(req.starting_psn, Psn::new(0xf9_e08a));
     assert_eq!(req.retry_count, 7);
     assert_eq!(req.rnr_retry_count, 7);
     assert_eq!(req.path_mtu, 3, "IB MTU 1024");
-    assert_eq!(req.pkey, 0xffff);
+    assert_eq!(req.pkey, PKey(0xffff));
     // CMA_CM_RESPONSE_TIMEOUT 20 and CMA_MAX_CM_RETRIES 15 in Linux cma.c.
     assert_eq!(
         (
@@ -153,15 +137,15 @@ fn rping_cm_mads() {
         (0xffff, 0xffff),
         "permissive LIDs on RoCE"
     );
-    assert_eq!(p.local_gid, ip("::ffff:192.168.77.11"));
-    assert_eq!(p.remote_gid, ip("::ffff:192.168.77.10"));
+    assert_eq!(p.local_gid, gid4([192, 168, 77, 11]));
+    assert_eq!(p.remote_gid, gid4([192, 168, 77, 10]));
     assert_eq!(p.hop_limit, 0x40);
     assert_eq!(p.local_ack_timeout, 0x13);
     assert_eq!(
         (p.traffic_class, p.sl, p.subnet_local, p.packet_rate),
         (0, 0, false, 0)
     );
-    // Not in the txt, read from the bytes: rdma_cm's RoCEv2 flow label (from the ports).
+    // Not in the txt, read from the bytes: rdma_cm's RoCEv2 flow label.
     assert_eq!(p.flow_label, 0x63bb3);
     assert_eq!(req.alternate_path, None);
 
@@ -182,16 +166,18 @@ fn rping_cm_mads() {
         pd, req.private_data,
         "rping sends no user private data after the header"
     );
+    // rdma_cm derived the flow label from the ports: (src_port * 31 + dst_port) & 0xfffff.
+    assert_eq!(rdma_cm::roce_flow_label(h.src_port, 7174), p.flow_label);
 
     // Frame 2: REP from the server (vm0, 192.168.77.10).
-    let CmMessage::Rep(rep) = &parsed[1].1.message else {
+    assert_eq!(parsed[1].header.attribute_id, AttributeId::REP);
+    let CmMessage::Rep(rep) = &parsed[1].message else {
         panic!("frame 2 is not a REP")
     };
-    assert_eq!(parsed[1].1.header.attribute_id, AttributeId::REP);
     assert_eq!(rep.local_comm_id, SERVER_COMM_ID);
     assert_eq!(rep.remote_comm_id, CLIENT_COMM_ID);
-    assert_eq!(rep.local_qpn, 0x21);
-    assert_eq!(rep.starting_psn, 0x26_67d6);
+    assert_eq!(rep.local_qpn, Qpn::new(0x21));
+    assert_eq!(rep.starting_psn, Psn::new(0x26_67d6));
     assert_eq!(rep.responder_resources, 1);
     assert_eq!(rep.initiator_depth, 1);
     assert_eq!(rep.rnr_retry_count, 7);
@@ -202,11 +188,11 @@ fn rping_cm_mads() {
         (rep.failover_accepted, rep.end_to_end_flow_control, rep.srq),
         (0, false, false)
     );
-    assert_eq!((rep.local_qkey, rep.local_eecn), (0, 0));
+    assert_eq!((rep.local_qkey, rep.local_eecn), (QKey(0), 0));
     assert_eq!(rep.private_data, [0; 196]);
 
     // Frame 3: RTU, client -> server.
-    let CmMessage::Rtu(rtu) = &parsed[2].1.message else {
+    let CmMessage::Rtu(rtu) = &parsed[2].message else {
         panic!("frame 3 is not an RTU")
     };
     assert_eq!(
@@ -215,7 +201,7 @@ fn rping_cm_mads() {
     );
 
     // Frame 40: DREQ, client -> server, naming the server's QPN.
-    let CmMessage::Dreq(dreq) = &parsed[3].1.message else {
+    let CmMessage::Dreq(dreq) = &parsed[3].message else {
         panic!("frame 40 is not a DREQ")
     };
     assert_eq!(
@@ -225,7 +211,7 @@ fn rping_cm_mads() {
     assert_eq!(dreq.remote_qpn, rep.local_qpn);
 
     // Frame 41: DREP, server -> client.
-    let CmMessage::Drep(drep) = &parsed[4].1.message else {
+    let CmMessage::Drep(drep) = &parsed[4].message else {
         panic!("frame 41 is not a DREP")
     };
     assert_eq!(
@@ -237,20 +223,25 @@ fn rping_cm_mads() {
     // REQ's starting PSN as the passive side's send PSN (active rq_psn, passive sq_psn) and the
     // REP's as the active side's send PSN.
     let bth = |f: &[u8]| {
-        (
-            f[42],
-            u32::from_be_bytes([0, f[47], f[48], f[49]]),
-            u32::from_be_bytes([0, f[51], f[52], f[53]]),
-        )
+        let (r, _) = roce(f);
+        (r.bth.opcode, r.bth.dest_qp, r.bth.psn, r.udp.src_port)
     };
     assert_eq!(
-        bth(&frames[3]),
-        (0x04, rep.local_qpn, rep.starting_psn),
+        bth(frames[3]),
+        (Opcode::RcSendOnly, rep.local_qpn, rep.starting_psn, 64427),
         "frame 4: client SEND"
     );
     assert_eq!(
-        bth(&frames[5]),
-        (0x0c, req.local_qpn, req.starting_psn),
+        bth(frames[5]),
+        (
+            Opcode::RcReadRequest,
+            req.local_qpn,
+            req.starting_psn,
+            64427
+        ),
         "frame 6: server READ"
     );
+    // rxe's RC source port comes from that flow label: 0xC000 | ((fl & 0x3fff) ^ (fl >> 14)).
+    let fl = p.flow_label;
+    assert_eq!(0xc000 | ((fl & 0x3fff) ^ (fl >> 14)), 64427);
 }

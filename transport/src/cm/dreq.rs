@@ -4,6 +4,7 @@
 //! 8 Remote QPN/EECN(24) reserved(8), 12 private data (220 bytes).
 
 use super::H;
+use crate::types::Qpn;
 
 /// Size of DREQ private data.
 pub const PRIVATE_DATA_LEN: usize = 220;
@@ -21,7 +22,7 @@ cm_view! {
 pub struct DreqRepr {
     pub local_comm_id: u32,
     pub remote_comm_id: u32,
-    pub remote_qpn: u32,
+    pub remote_qpn: Qpn,
     pub private_data: [u8; PRIVATE_DATA_LEN],
 }
 
@@ -30,7 +31,7 @@ impl DreqRepr {
         DreqRepr {
             local_comm_id: p.local_comm_id(),
             remote_comm_id: p.remote_comm_id(),
-            remote_qpn: p.remote_qpn(),
+            remote_qpn: Qpn::new(p.remote_qpn()),
             private_data: p.private_data(),
         }
     }
@@ -40,7 +41,7 @@ impl DreqRepr {
         p.clear_body();
         p.set_local_comm_id(self.local_comm_id);
         p.set_remote_comm_id(self.remote_comm_id);
-        p.set_remote_qpn(self.remote_qpn);
+        p.set_remote_qpn(self.remote_qpn.value());
         p.set_private_data(self.private_data);
     }
 }

@@ -77,15 +77,13 @@ pub(crate) fn set_bits32(b: &mut [u8], at: usize, shift: u32, width: u32, v: u32
 }
 
 #[inline]
-pub(crate) fn gid_at(b: &[u8], at: usize) -> core::net::Ipv6Addr {
-    let mut x = [0u8; 16];
-    x.copy_from_slice(&b[at..at + 16]);
-    core::net::Ipv6Addr::from(x)
+pub(crate) fn gid_at(b: &[u8], at: usize) -> crate::types::Gid {
+    crate::types::Gid(array_at::<16>(b, at))
 }
 
 #[inline]
-pub(crate) fn set_gid_at(b: &mut [u8], at: usize, gid: core::net::Ipv6Addr) {
-    b[at..at + 16].copy_from_slice(&gid.octets());
+pub(crate) fn set_gid_at(b: &mut [u8], at: usize, gid: crate::types::Gid) {
+    b[at..at + 16].copy_from_slice(&gid.0);
 }
 
 #[inline]

@@ -15,6 +15,7 @@
 
 use super::path::PathRepr;
 use super::H;
+use crate::types::Qpn;
 
 /// Size of LAP private data.
 pub const PRIVATE_DATA_LEN: usize = 168;
@@ -26,8 +27,8 @@ cm_view! {
     remote_cm_response_timeout, set_remote_cm_response_timeout: u8 => bits8(H + 15, 3, 5);
     alt_local_lid, set_alt_local_lid: u16 => u16(H + 20);
     alt_remote_lid, set_alt_remote_lid: u16 => u16(H + 22);
-    alt_local_gid, set_alt_local_gid: core::net::Ipv6Addr => gid(H + 24);
-    alt_remote_gid, set_alt_remote_gid: core::net::Ipv6Addr => gid(H + 40);
+    alt_local_gid, set_alt_local_gid: crate::types::Gid => gid(H + 24);
+    alt_remote_gid, set_alt_remote_gid: crate::types::Gid => gid(H + 40);
     alt_flow_label, set_alt_flow_label: u32 => bits32(H + 56, 12, 20);
     alt_traffic_class, set_alt_traffic_class: u8 => u8(H + 59);
     alt_hop_limit, set_alt_hop_limit: u8 => u8(H + 60);
@@ -43,7 +44,7 @@ cm_view! {
 pub struct LapRepr {
     pub local_comm_id: u32,
     pub remote_comm_id: u32,
-    pub remote_qpn: u32,
+    pub remote_qpn: Qpn,
     pub remote_cm_response_timeout: u8,
     pub alternate_path: PathRepr,
     pub private_data: [u8; PRIVATE_DATA_LEN],
@@ -54,7 +55,7 @@ impl LapRepr {
         LapRepr {
             local_comm_id: p.local_comm_id(),
             remote_comm_id: p.remote_comm_id(),
-            remote_qpn: p.remote_qpn(),
+            remote_qpn: Qpn::new(p.remote_qpn()),
             remote_cm_response_timeout: p.remote_cm_response_timeout(),
             alternate_path: PathRepr {
                 local_lid: p.alt_local_lid(),
@@ -79,7 +80,7 @@ impl LapRepr {
         p.clear_body();
         p.set_local_comm_id(self.local_comm_id);
         p.set_remote_comm_id(self.remote_comm_id);
-        p.set_remote_qpn(self.remote_qpn);
+        p.set_remote_qpn(self.remote_qpn.value());
         p.set_remote_cm_response_timeout(self.remote_cm_response_timeout);
         p.set_alt_local_lid(a.local_lid);
         p.set_alt_remote_lid(a.remote_lid);

@@ -21,7 +21,7 @@ pub mod mad;
 /// Generates a `Packet<T>` view over a full CM MAD with one getter/setter pair per field.
 ///
 /// Field kinds: `u8(at)`, `u16(at)`, `u32(at)`, `u64(at)`, `bits8(at, shift, width) -> u8`,
-/// `flag(at, shift) -> bool`, `bits32(at, shift, width) -> u32`, `gid(at) -> Ipv6Addr`,
+/// `flag(at, shift) -> bool`, `bits32(at, shift, width) -> u32`, `gid(at) -> Gid`,
 /// `bytes(at, N) -> [u8; N]`. `shift` counts the bits to the right of the field.
 macro_rules! cm_view {
     (@get u8, $b:expr, $at:expr) => { $b[$at] };

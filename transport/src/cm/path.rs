@@ -12,9 +12,8 @@
 //! ports (IPv4-mapped for IPv4), the hop limit is the IP TTL (64 on Linux) and the flow label
 //! is the one rdma_cm derives from the ports (`rdma_calc_flow_label`).
 
-use core::net::Ipv6Addr;
-
 use super::field;
+use crate::types::Gid;
 
 /// Length of one path in a REQ.
 pub const PATH_LEN: usize = 44;
@@ -39,8 +38,8 @@ mod fld {
 pub struct PathRepr {
     pub local_lid: u16,
     pub remote_lid: u16,
-    pub local_gid: Ipv6Addr,
-    pub remote_gid: Ipv6Addr,
+    pub local_gid: Gid,
+    pub remote_gid: Gid,
     /// 20 bits.
     pub flow_label: u32,
     /// 6 bits, IBA rate encoding (0 on rxe).

@@ -68,6 +68,14 @@ pub const fn parse_service_id(service_id: u64) -> Option<(PortSpace, u16)> {
     Some((PortSpace((service_id >> 16) as u16), service_id as u16))
 }
 
+/// The IPv6 flow label rdma_cm gives a RoCEv2 path when the source address carries none
+/// (always for IPv4; Linux `cma_get_roce_udp_flow_label`): `(src_port * 31 + dst_port)` in
+/// 20 bits, with the active side's ports. It travels in the REQ primary path, and rxe derives
+/// the RC QP's UDP source port from it (see docs/interop.md (d)).
+pub const fn roce_flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (src_port as u32 * 31 + dst_port as u32) & 0xf_ffff
+}
+
 /// The two addresses of the header; one family for both, as rdma_cm sends them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CmaAddrs {
@@ -124,8 +132,8 @@ impl CmaHeaderRepr {
                 dst: Ipv4Addr::from(field::array_at::<4>(b, fld::DST + 12)),
             },
             6 => CmaAddrs::V6 {
-                src: field::gid_at(b, fld::SRC),
-                dst: field::gid_at(b, fld::DST),
+                src: Ipv6Addr::from(field::array_at::<16>(b, fld::SRC)),
+                dst: Ipv6Addr::from(field::array_at::<16>(b, fld::DST)),
             },
             _ => return Err(Error::Malformed),
         };
@@ -153,8 +161,8 @@ impl CmaHeaderRepr {
             }
             CmaAddrs::V6 { src, dst } => {
                 b[fld::IP_VERSION] = 6 << 4;
-                field::set_gid_at(b, fld::SRC, src);
-                field::set_gid_at(b, fld::DST, dst);
+                b[fld::SRC..fld::SRC + 16].copy_from_slice(&src.octets());
+                b[fld::DST..fld::DST + 16].copy_from_slice(&dst.octets());
             }
         }
     }

@@ -13,6 +13,7 @@
 //! ```
 
 use super::H;
+use crate::types::{Psn, QKey, Qpn};
 
 /// Size of REP private data.
 pub const PRIVATE_DATA_LEN: usize = 196;
@@ -41,10 +42,10 @@ cm_view! {
 pub struct RepRepr {
     pub local_comm_id: u32,
     pub remote_comm_id: u32,
-    pub local_qkey: u32,
-    pub local_qpn: u32,
+    pub local_qkey: QKey,
+    pub local_qpn: Qpn,
     pub local_eecn: u32,
-    pub starting_psn: u32,
+    pub starting_psn: Psn,
     pub responder_resources: u8,
     pub initiator_depth: u8,
     pub target_ack_delay: u8,
@@ -61,10 +62,10 @@ impl RepRepr {
         RepRepr {
             local_comm_id: p.local_comm_id(),
             remote_comm_id: p.remote_comm_id(),
-            local_qkey: p.local_qkey(),
-            local_qpn: p.local_qpn(),
+            local_qkey: QKey(p.local_qkey()),
+            local_qpn: Qpn::new(p.local_qpn()),
             local_eecn: p.local_eecn(),
-            starting_psn: p.starting_psn(),
+            starting_psn: Psn::new(p.starting_psn()),
             responder_resources: p.responder_resources(),
             initiator_depth: p.initiator_depth(),
             target_ack_delay: p.target_ack_delay(),
@@ -82,10 +83,10 @@ impl RepRepr {
         p.clear_body();
         p.set_local_comm_id(self.local_comm_id);
         p.set_remote_comm_id(self.remote_comm_id);
-        p.set_local_qkey(self.local_qkey);
-        p.set_local_qpn(self.local_qpn);
+        p.set_local_qkey(self.local_qkey.0);
+        p.set_local_qpn(self.local_qpn.value());
         p.set_local_eecn(self.local_eecn);
-        p.set_starting_psn(self.starting_psn);
+        p.set_starting_psn(self.starting_psn.value());
         p.set_responder_resources(self.responder_resources);
         p.set_initiator_depth(self.initiator_depth);
         p.set_target_ack_delay(self.target_ack_delay);

@@ -17,6 +17,7 @@
 
 use super::path::{PathRepr, PATH_LEN};
 use super::H;
+use crate::types::{PKey, Psn, QKey, Qpn};
 
 /// Size of REQ private data.
 pub const PRIVATE_DATA_LEN: usize = 92;
@@ -100,15 +101,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     }
 }
 
-/// A REQ as plain data. QPN, EECN and PSN fields are 24 bits wide; timeouts are 5-bit
+/// A REQ as plain data. EECNs are 24 bits wide; timeouts are 5-bit
 /// exponents (4.096 µs × 2^n).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ReqRepr {
     pub local_comm_id: u32,
     pub service_id: u64,
     pub local_ca_guid: u64,
-    pub local_qkey: u32,
-    pub local_qpn: u32,
+    pub local_qkey: QKey,
+    pub local_qpn: Qpn,
     pub responder_resources: u8,
     pub local_eecn: u32,
     pub initiator_depth: u8,
@@ -116,10 +117,10 @@ pub struct ReqRepr {
     pub remote_cm_response_timeout: u8,
     pub transport_service_type: u8,
     pub end_to_end_flow_control: bool,
-    pub starting_psn: u32,
+    pub starting_psn: Psn,
     pub local_cm_response_timeout: u8,
     pub retry_count: u8,
-    pub pkey: u16,
+    pub pkey: PKey,
     pub path_mtu: u8,
     pub rdc_exists: bool,
     pub rnr_retry_count: u8,
@@ -138,8 +139,8 @@ impl ReqRepr {
             local_comm_id: p.local_comm_id(),
             service_id: p.service_id(),
             local_ca_guid: p.local_ca_guid(),
-            local_qkey: p.local_qkey(),
-            local_qpn: p.local_qpn(),
+            local_qkey: QKey(p.local_qkey()),
+            local_qpn: Qpn::new(p.local_qpn()),
             responder_resources: p.responder_resources(),
             local_eecn: p.local_eecn(),
             initiator_depth: p.initiator_depth(),
@@ -147,10 +148,10 @@ impl ReqRepr {
             remote_cm_response_timeout: p.remote_cm_response_timeout(),
             transport_service_type: p.transport_service_type(),
             end_to_end_flow_control: p.end_to_end_flow_control(),
-            starting_psn: p.starting_psn(),
+            starting_psn: Psn::new(p.starting_psn()),
             local_cm_response_timeout: p.local_cm_response_timeout(),
             retry_count: p.retry_count(),
-            pkey: p.pkey(),
+            pkey: PKey(p.pkey()),
             path_mtu: p.path_mtu(),
             rdc_exists: p.rdc_exists(),
             rnr_retry_count: p.rnr_retry_count(),
@@ -170,8 +171,8 @@ impl ReqRepr {
         p.set_local_comm_id(self.local_comm_id);
         p.set_service_id(self.service_id);
         p.set_local_ca_guid(self.local_ca_guid);
-        p.set_local_qkey(self.local_qkey);
-        p.set_local_qpn(self.local_qpn);
+        p.set_local_qkey(self.local_qkey.0);
+        p.set_local_qpn(self.local_qpn.value());
         p.set_responder_resources(self.responder_resources);
         p.set_local_eecn(self.local_eecn);
         p.set_initiator_depth(self.initiator_depth);
@@ -179,10 +180,10 @@ impl ReqRepr {
         p.set_remote_cm_response_timeout(self.remote_cm_response_timeout);
         p.set_transport_service_type(self.transport_service_type);
         p.set_end_to_end_flow_control(self.end_to_end_flow_control);
-        p.set_starting_psn(self.starting_psn);
+        p.set_starting_psn(self.starting_psn.value());
         p.set_local_cm_response_timeout(self.local_cm_response_timeout);
         p.set_retry_count(self.retry_count);
-        p.set_pkey(self.pkey);
+        p.set_pkey(self.pkey.0);
         p.set_path_mtu(self.path_mtu);
         p.set_rdc_exists(self.rdc_exists);
         p.set_rnr_retry_count(self.rnr_retry_count);

@@ -9,6 +9,7 @@ pub use self::req::SidrReqRepr;
 /// 16 private data (216 bytes).
 pub mod req {
     use crate::cm::H;
+    use crate::types::PKey;
 
     /// Size of SIDR_REQ private data.
     pub const PRIVATE_DATA_LEN: usize = 216;
@@ -24,7 +25,7 @@ pub mod req {
     #[derive(Debug, Clone, PartialEq, Eq, Hash)]
     pub struct SidrReqRepr {
         pub request_id: u32,
-        pub pkey: u16,
+        pub pkey: PKey,
         pub service_id: u64,
         pub private_data: [u8; PRIVATE_DATA_LEN],
     }
@@ -33,7 +34,7 @@ pub mod req {
         pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Self {
             SidrReqRepr {
                 request_id: p.request_id(),
-                pkey: p.pkey(),
+                pkey: PKey(p.pkey()),
                 service_id: p.service_id(),
                 private_data: p.private_data(),
             }
@@ -43,7 +44,7 @@ pub mod req {
         pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
             p.clear_body();
             p.set_request_id(self.request_id);
-            p.set_pkey(self.pkey);
+            p.set_pkey(self.pkey.0);
             p.set_service_id(self.service_id);
             p.set_private_data(self.private_data);
         }
@@ -55,6 +56,7 @@ pub mod req {
 /// 24 Class Port Info / additional info (72 bytes), 96 private data (136 bytes).
 pub mod rep {
     use crate::cm::H;
+    use crate::types::{QKey, Qpn};
 
     /// Size of SIDR_REP private data.
     pub const PRIVATE_DATA_LEN: usize = 136;
@@ -91,9 +93,9 @@ pub mod rep {
         pub request_id: u32,
         pub status: SidrStatus,
         pub info_len: u8,
-        pub qpn: u32,
+        pub qpn: Qpn,
         pub service_id: u64,
-        pub qkey: u32,
+        pub qkey: QKey,
         pub info: [u8; INFO_LEN],
         pub private_data: [u8; PRIVATE_DATA_LEN],
     }
@@ -104,9 +106,9 @@ pub mod rep {
                 request_id: p.request_id(),
                 status: SidrStatus(p.status()),
                 info_len: p.info_len(),
-                qpn: p.qpn(),
+                qpn: Qpn::new(p.qpn()),
                 service_id: p.service_id(),
-                qkey: p.qkey(),
+                qkey: QKey(p.qkey()),
                 info: p.info(),
                 private_data: p.private_data(),
             }
@@ -118,9 +120,9 @@ pub mod rep {
             p.set_request_id(self.request_id);
             p.set_status(self.status.0);
             p.set_info_len(self.info_len);
-            p.set_qpn(self.qpn);
+            p.set_qpn(self.qpn.value());
             p.set_service_id(self.service_id);
-            p.set_qkey(self.qkey);
+            p.set_qkey(self.qkey.0);
             p.set_info(self.info);
             p.set_private_data(self.private_data);
         }

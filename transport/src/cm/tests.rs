@@ -1,9 +1,8 @@
 //! Bit positions of every field, record round trips, and refusal of bad input.
 //! The golden test against Linux rxe's MADs is `tests/cm_golden.rs`.
 
-use core::net::Ipv6Addr;
-
 use super::*;
+use crate::types::{Gid, PKey, Psn, QKey, Qpn};
 
 /// Sets one field to all-ones in a zero MAD and returns the non-zero bytes as (offset, byte).
 fn ones(set: impl FnOnce(&mut [u8])) -> Vec<(usize, u8)> {
@@ -83,8 +82,8 @@ fn req_field_positions() {
     let full = PathRepr {
         local_lid: !0,
         remote_lid: !0,
-        local_gid: Ipv6Addr::from([0xff; 16]),
-        remote_gid: Ipv6Addr::from([0xff; 16]),
+        local_gid: Gid([0xff; 16]),
+        remote_gid: Gid([0xff; 16]),
         flow_label: !0,
         packet_rate: !0,
         traffic_class: !0,
@@ -218,8 +217,8 @@ fn sample_path(seed: u8) -> PathRepr {
     PathRepr {
         local_lid: 0xffff,
         remote_lid: 0x1234,
-        local_gid: Ipv6Addr::from([seed; 16]),
-        remote_gid: Ipv6Addr::from([seed ^ 0x5a; 16]),
+        local_gid: Gid([seed; 16]),
+        remote_gid: Gid([seed ^ 0x5a; 16]),
         flow_label: 0xabcde,
         packet_rate: 0x2a,
         traffic_class: 0x88,
@@ -238,8 +237,8 @@ fn all_messages() -> Vec<CmMessage> {
             local_comm_id: 0x4c07_e89f,
             service_id: rdma_cm::service_id(rdma_cm::PortSpace::TCP, 7174),
             local_ca_guid: 0x5054_00ff_fe77_0011,
-            local_qkey: 0x1111_1111,
-            local_qpn: 0xab_cdef,
+            local_qkey: QKey(0x1111_1111),
+            local_qpn: Qpn::new(0xab_cdef),
             responder_resources: 16,
             local_eecn: 0x12_3456,
             initiator_depth: 15,
@@ -247,10 +246,10 @@ fn all_messages() -> Vec<CmMessage> {
             remote_cm_response_timeout: 20,
             transport_service_type: req::transport_service_type::UC,
             end_to_end_flow_control: true,
-            starting_psn: 0xf9_e08a,
+            starting_psn: Psn::new(0xf9_e08a),
             local_cm_response_timeout: 21,
             retry_count: 6,
-            pkey: 0xffff,
+            pkey: PKey(0xffff),
             path_mtu: 5,
             rdc_exists: true,
             rnr_retry_count: 4,
@@ -281,10 +280,10 @@ fn all_messages() -> Vec<CmMessage> {
         CmMessage::Rep(rep::RepRepr {
             local_comm_id: 0xb3ac_fdef,
             remote_comm_id: 0x4c07_e89f,
-            local_qkey: 0,
-            local_qpn: 0x21,
+            local_qkey: QKey(0),
+            local_qpn: Qpn::new(0x21),
             local_eecn: 0xfe_dcba,
-            starting_psn: 0x26_67d6,
+            starting_psn: Psn::new(0x26_67d6),
             responder_resources: 1,
             initiator_depth: 2,
             target_ack_delay: 15,
@@ -303,7 +302,7 @@ fn all_messages() -> Vec<CmMessage> {
         CmMessage::Dreq(dreq::DreqRepr {
             local_comm_id: 7,
             remote_comm_id: 8,
-            remote_qpn: 0xff_ffff,
+            remote_qpn: Qpn::new(0xff_ffff),
             private_data: [2; 220],
         }),
         CmMessage::Drep(drep::DrepRepr {
@@ -313,7 +312,7 @@ fn all_messages() -> Vec<CmMessage> {
         }),
         CmMessage::SidrReq(sidr::SidrReqRepr {
             request_id: 11,
-            pkey: 0x8001,
+            pkey: PKey(0x8001),
             service_id: rdma_cm::service_id(rdma_cm::PortSpace::UDP, 4791),
             private_data: [5; 216],
         }),
@@ -321,16 +320,16 @@ fn all_messages() -> Vec<CmMessage> {
             request_id: 11,
             status: sidr::rep::SidrStatus::NO_QP,
             info_len: 3,
-            qpn: 0x12,
+            qpn: Qpn::new(0x12),
             service_id: 0x0111_12b7,
-            qkey: rdma_cm::RDMA_UDP_QKEY,
+            qkey: QKey(rdma_cm::RDMA_UDP_QKEY),
             info: [6; 72],
             private_data: [7; 136],
         }),
         CmMessage::Lap(lap::LapRepr {
             local_comm_id: 12,
             remote_comm_id: 13,
-            remote_qpn: 0x33,
+            remote_qpn: Qpn::new(0x33),
             remote_cm_response_timeout: 17,
             alternate_path: sample_path(3),
             private_data: [8; 168],
