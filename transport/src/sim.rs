@@ -153,6 +153,9 @@ pub struct Pair {
     pub link: LinkConfig,
     pub link_up: bool,
     pub stats: LinkStats,
+    /// Called for every frame put on the link (`to_b`, frame); returning true drops it.
+    /// Lets tests lose one chosen packet.
+    pub filter: Option<Box<dyn FnMut(bool, &[u8]) -> bool>>,
     rng: SplitMix64,
     wire: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
@@ -164,7 +167,7 @@ impl Pair {
         let a = Node::new(1, mem_len, seed ^ 0xa);
         let b = Node::new(2, mem_len, seed ^ 0xb);
         let buf = vec![0u8; a.dev.max_frame_len()];
-        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf }
+        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf }
     }
 
     /// Create and connect an RC QP on each node (RESET -> INIT -> RTR -> RTS).
@@ -204,6 +207,12 @@ impl Pair {
 
     fn send(&mut self, to_b: bool, frame: &[u8]) {
         self.stats.sent += 1;
+        if let Some(f) = self.filter.as_mut() {
+            if f(to_b, frame) {
+                self.stats.dropped += 1;
+                return;
+            }
+        }
         if !self.link_up || self.rng.chance(self.link.loss) {
             self.stats.dropped += 1;
             return;
