@@ -245,3 +245,114 @@ fn rping_cm_mads() {
     let fl = p.flow_label;
     assert_eq!(0xc000 | ((fl & 0x3fff) ^ (fl >> 14)), 64427);
 }
+
+/// The five MADs of G_rping, as (bytes, record).
+fn rping_mads(file: &[u8]) -> Vec<(Vec<u8>, CmMad)> {
+    let frames = pcap::read(file).expect("pcap");
+    [1usize, 2, 3, 40, 41]
+        .iter()
+        .map(|&n| {
+            let bytes = gsi_mad(frames[n - 1].data).to_vec();
+            let mad = CmMad::parse(&bytes).unwrap();
+            (bytes, mad)
+        })
+        .collect()
+}
+
+fn emitted(m: &CmMad) -> Vec<u8> {
+    let mut b = vec![0u8; MAD_SIZE];
+    m.emit(&mut b);
+    b
+}
+
+/// Both ends of droce's CM state machine, fed Linux's messages, answer with Linux's bytes.
+#[test]
+fn rping_state_machines_answer_like_linux() {
+    use droce_transport::cm::conn::{CmEvent, CmState, Connection};
+    use droce_transport::cm::rep::RepRepr;
+    use droce_transport::cm::CmConfig;
+    use droce_transport::time::Instant;
+
+    let file = read_capture("G_rping.pcap");
+    let frames = pcap::read(&file).expect("pcap");
+    let mads = rping_mads(&file);
+    let [(req_b, req_m), (rep_b, rep_m), (rtu_b, rtu_m), (dreq_b, dreq_m), (drep_b, _)] = &mads[..]
+    else {
+        panic!("five MADs")
+    };
+    let CmMessage::Req(req) = &req_m.message else {
+        panic!()
+    };
+    let CmMessage::Rep(rep) = &rep_m.message else {
+        panic!()
+    };
+    let tid = req_m.header.transaction_id;
+    let t0 = Instant::from_nanos(1_000_000);
+
+    // Active side (the rping client): REQ out, REP in, RTU out, DREQ out.
+    let mut a = Connection::connect(t0, CmConfig::default(), tid, req.clone());
+    assert_eq!(&emitted(&a.poll_transmit().unwrap()), req_b);
+    a.handle_mad(t0, rep_m).unwrap();
+    assert_eq!(
+        &emitted(&a.poll_transmit().unwrap()),
+        rtu_b,
+        "RTU like frame 3"
+    );
+    let Some(CmEvent::Established(pa)) = a.poll_event() else {
+        panic!("established")
+    };
+    assert!(a.disconnect(t0));
+    assert_eq!(
+        &emitted(&a.poll_transmit().unwrap()),
+        dreq_b,
+        "DREQ like frame 40"
+    );
+
+    // Passive side (the rping server): the REP Linux sent is what `accepting` builds.
+    let ours = RepRepr::accepting(
+        req,
+        rep.local_comm_id,
+        rep.local_qpn,
+        rep.starting_psn,
+        rep.local_ca_guid,
+    );
+    assert_eq!(&ours, rep);
+    let mut p = Connection::accept(t0, CmConfig::default(), tid, req, ours);
+    assert_eq!(
+        &emitted(&p.poll_transmit().unwrap()),
+        rep_b,
+        "REP like frame 2"
+    );
+    p.handle_mad(t0, rtu_m).unwrap();
+    let Some(CmEvent::Established(pp)) = p.poll_event() else {
+        panic!("established")
+    };
+    p.handle_mad(t0, dreq_m).unwrap();
+    assert_eq!(
+        &emitted(&p.poll_transmit().unwrap()),
+        drep_b,
+        "DREP like frame 41"
+    );
+    assert_eq!(p.state(), CmState::TimeWait);
+    assert_eq!(p.poll_event(), Some(CmEvent::Disconnected));
+
+    // The negotiated PSNs and QPNs are the ones on the wire afterwards.
+    let (f4, _) = roce(frames[3].data);
+    let (f6, _) = roce(frames[5].data);
+    assert_eq!(
+        (f4.bth.dest_qp, f4.bth.psn),
+        (pa.remote_qpn, pa.sq_psn),
+        "client's first SEND"
+    );
+    assert_eq!(
+        (f6.bth.dest_qp, f6.bth.psn),
+        (pp.remote_qpn, pp.sq_psn),
+        "server's first READ"
+    );
+    assert_eq!((pa.rq_psn, pp.rq_psn), (pp.sq_psn, pa.sq_psn));
+    assert_eq!(pp.path.local_gid, gid4([192, 168, 77, 10]));
+    assert_eq!(
+        (pa.path_mtu, pa.ack_timeout, pa.rnr_retry_count),
+        (3, 19, 7)
+    );
+}

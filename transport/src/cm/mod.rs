@@ -107,6 +107,7 @@ macro_rules! cm_view {
 }
 
 pub mod apr;
+pub mod conn;
 pub mod drep;
 pub mod dreq;
 pub mod lap;
@@ -119,6 +120,7 @@ pub mod req;
 pub mod rtu;
 pub mod sidr;
 
+pub use conn::{CmConfig, CmEvent, CmState, ConnParams, Connection, Role};
 pub use mad::{AttributeId, MadHeaderRepr, Method};
 pub use path::PathRepr;
 
