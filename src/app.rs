@@ -96,6 +96,14 @@ impl App {
             Err(dpdk::Error::EalInit { errno, .. }) => {
                 return Err(crate::capture::eal_failure_line(&log, &dpdk::strerror(errno)));
             }
+            Err(dpdk::Error::VdevNotCreated { name, .. }) if crate::capture::vdev_failure_reason(&log, &name).is_some() => {
+                let why = crate::capture::vdev_failure_reason(&log, &name).unwrap_or_default();
+                let why = why.trim_end_matches('.');
+                return Err(format!(
+                    "virtual device '{name}' was not created: {why}; check its key=value arguments \
+                     (e.g. --vdev=net_memif0,role=server,socket=/tmp/memif.sock, --vdev=net_ring0)"
+                ));
+            }
             Err(e) => return Err(e.to_string()),
         };
         let opts = cl.app.clone();

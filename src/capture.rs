@@ -67,9 +67,18 @@ pub fn capture_stdio<T>(f: impl FnOnce() -> T) -> (T, String) {
     (r, text)
 }
 
+/// Lines of EAL / driver messages (`EAL: ...`, `func(): ...`), without EAL's usage text.
+fn messages(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+        .map(str::trim)
+        .filter(|l| l.starts_with("EAL:") || l.contains("(): "))
+        .collect()
+}
+
 /// Makes one line out of EAL's failure output: the most telling message, plus what to do.
 pub fn eal_failure_line(log: &str, fallback: &str) -> String {
-    let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let lines = messages(log);
     let find = |pat: &str| lines.iter().find(|l| l.contains(pat)).map(|l| l.trim_start_matches("EAL: ").to_string());
     if let Some(l) = find("failed to parse device").or_else(|| find("Unable to parse device")) {
         return format!(
@@ -78,21 +87,34 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
         );
     }
     if let Some(l) = find("Cannot create lock").or_else(|| find("Is another primary process running")) {
-        return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME (and --no-shconf)");
+        return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME");
     }
-    if let Some(l) = find("Cannot get hugepage information").or_else(|| find("No free 2048 kB hugepages")).or_else(|| find("hugepage")) {
+    if let Some(l) = find("invalid core list").or_else(|| find("unavailable")).or_else(|| find("core")) {
+        return format!("EAL rejected the core list ({l}); use cores that exist on this machine, e.g. -l 0-{}", available_cpus().saturating_sub(1));
+    }
+    if let Some(l) = find("hugepage") {
         return format!("EAL found no usable hugepages ({l}); add --no-huge -m 512 or reserve hugepages (see conf/real-nic.conf)");
     }
     if let Some(l) = find("Cannot allocate memory").or_else(|| find("Cannot init memory")) {
         return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
     }
-    if let Some(l) = find("lcore").filter(|l| l.contains("not") || l.contains("invalid") || l.contains("unavailable")) {
-        return format!("EAL rejected the core list ({l}); use cores that exist on this machine, e.g. -l 0-{}", available_cpus().saturating_sub(1));
-    }
-    if let Some(l) = find("probe").filter(|l| l.contains("fail")).or_else(|| find("failed")).or_else(|| find("Error")) {
-        return format!("EAL initialisation failed: {l} ({fallback})");
+    if let Some(l) = lines.iter().rev().find(|l| !l.contains("Detected") && !l.contains("Selected") && !l.contains("IOVA")) {
+        return format!("EAL initialisation failed: {} ({fallback})", l.trim_start_matches("EAL: "));
     }
     format!("EAL initialisation failed ({fallback})")
+}
+
+/// The driver's own reason for not creating vdev `name` (the message logged just before
+/// `failed to initialize <name> device`), if EAL's log has one.
+pub fn vdev_failure_reason(log: &str, name: &str) -> Option<String> {
+    let lines = messages(log);
+    let i = lines.iter().position(|l| l.contains("failed to initialize") && l.contains(name))?;
+    lines[..i]
+        .iter()
+        .rev()
+        .find(|l| !l.contains("mp action callback"))
+        .or_else(|| lines[..i].last())
+        .map(|l| l.trim_start_matches("EAL: ").to_string())
 }
 
 fn available_cpus() -> usize {
@@ -110,6 +132,10 @@ mod tests {
         assert!(!l.contains('\n'));
         let l = eal_failure_line("EAL: Cannot create lock on '/var/run/dpdk/rte/config'. Is another primary process running?\n", "x");
         assert!(l.contains("--file-prefix"), "{l}");
+        let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: lcore 7 unavailable\nEAL: invalid core list, please check\n\nUsage: x\n  --file-prefix  Prefix for hugepage filenames\n", "x");
+        assert!(l.starts_with("EAL rejected the core list (invalid core list"), "{l}");
+        let log = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_set_role(): Unknown role: bogus.\nvdev_probe(): failed to initialize net_memif0 device\n";
+        assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));
         let l = eal_failure_line("", "Invalid argument");
         assert_eq!(l, "EAL initialisation failed (Invalid argument)");
     }
