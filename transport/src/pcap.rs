@@ -99,13 +99,25 @@ pub fn detect(file: &[u8]) -> Result<Format, PcapError> {
 
 /// Reads every frame of a pcap or pcapng file held in memory.
 pub fn read(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
-    match detect(file)? {
-        Format::Pcap => read_pcap(file),
-        Format::PcapNg => read_pcapng(file),
+    match read_partial(file) {
+        (frames, None) => Ok(frames),
+        (_, Some(e)) => Err(e),
     }
 }
 
-fn read_pcap(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
+/// Reads the frames of a pcap or pcapng file up to the first error, and the error if any
+/// (so that a tool can show the frames before a truncation).
+pub fn read_partial(file: &[u8]) -> (Vec<CapturedFrame<'_>>, Option<PcapError>) {
+    let mut frames = Vec::new();
+    let r = match detect(file) {
+        Ok(Format::Pcap) => read_pcap(file, &mut frames),
+        Ok(Format::PcapNg) => read_pcapng(file, &mut frames),
+        Err(e) => Err(e),
+    };
+    (frames, r.err())
+}
+
+fn read_pcap<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Result<(), PcapError> {
     let gh = file.get(..24).ok_or(PcapError::Truncated { offset: file.len(), frame: 0 })?;
     let (e, nanos) = match [gh[0], gh[1], gh[2], gh[3]] {
         [0xd4, 0xc3, 0xb2, 0xa1] => (Endian(false), false),
@@ -115,7 +127,6 @@ fn read_pcap(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
     };
     let snaplen = e.u32(&gh[16..20]);
     let linktype = e.u32(&gh[20..24]) & 0x0fff_ffff;
-    let mut frames = Vec::new();
     let mut off = 24;
     while off < file.len() {
         let number = frames.len() + 1;
@@ -135,11 +146,10 @@ fn read_pcap(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
         frames.push(CapturedFrame { number, data, orig_len, linktype, timestamp_ns });
         off = start + incl;
     }
-    Ok(frames)
+    Ok(())
 }
 
-fn read_pcapng(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
-    let mut frames = Vec::new();
+fn read_pcapng<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Result<(), PcapError> {
     let mut off = 0;
     let mut e = Endian(false);
     // (linktype, nanoseconds per timestamp unit) per interface of the current section.
@@ -228,7 +238,7 @@ fn read_pcapng(file: &[u8]) -> Result<Vec<CapturedFrame<'_>>, PcapError> {
         }
         off += blen;
     }
-    Ok(frames)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -264,6 +274,9 @@ mod tests {
             assert!(read(&f[..n]).is_err(), "{n}");
         }
         assert_eq!(read(b"garbage!"), Err(PcapError::UnknownFormat));
+        let (part, err) = read_partial(&f[..f.len() - 1]);
+        assert_eq!(part.len(), 2);
+        assert_eq!(err, Some(PcapError::Truncated { offset: f.len() - 1, frame: 3 }));
     }
 
     fn block(t: u32, body: &[u8]) -> Vec<u8> {

@@ -171,6 +171,16 @@ impl RoceRepr {
     /// frames) are ignored. The IPv4 header checksum and the UDP checksum are not checked:
     /// both are fields the ICRC treats as variant.
     pub fn parse(frame: &[u8]) -> Result<(RoceRepr, Range<usize>)> {
+        Self::parse_inner(frame, true)
+    }
+
+    /// Like [`RoceRepr::parse`] but without the ICRC check: for diagnostic tools that want to
+    /// show a corrupted frame's fields. Never use it on the receive path.
+    pub fn parse_without_icrc(frame: &[u8]) -> Result<(RoceRepr, Range<usize>)> {
+        Self::parse_inner(frame, false)
+    }
+
+    fn parse_inner(frame: &[u8], verify_icrc: bool) -> Result<(RoceRepr, Range<usize>)> {
         let ef = EthernetFrame::new_checked(frame)?;
         let eth = EthernetRepr::parse(&ef)?;
         let l3 = eth::HEADER_LEN;
@@ -217,7 +227,7 @@ impl RoceRepr {
         if payload_end < hdr_end || (!info.has_payload() && icrc_at != hdr_end) {
             return Err(Error);
         }
-        if !icrc::verify(&frame[l3..ip_end]) {
+        if verify_icrc && !icrc::verify(&frame[l3..ip_end]) {
             return Err(Error);
         }
         let ext = |h: ExtHeader| info.offset(h).map(|o| &frame[tp + o..hdr_end]);
