@@ -26,6 +26,7 @@
 //!   info() -> PortInfo (driver, device name, MAC, MTU min/max, max queues, offload capa, ...),
 //!   stats()/reset_stats() -> PortStats, xstats()/xstat_names()/reset_xstats()
 //!   rx_burst(QueueId, &mut batch) -> Result<u16>            fills the batch's free slots
+//!   rx_burst_max(QueueId, &mut batch, max) -> Result<u16>   at most `max` (run-time burst size)
 //!   tx_burst(QueueId, &mut batch) -> Result<u16>            unsent stay in the batch (retry or clear)
 //!   tx_burst_or_free(q, &mut batch) -> (sent, dropped)      unsent freed
 //!   tx_burst_retry(q, &mut batch, retries) -> (sent, dropped)
@@ -43,6 +44,14 @@
 //!   declared in that order). A `Mempool` dropped while mbufs are out is leaked, not freed.
 //! * A port holds mbufs from the pool given to `configure` in its RX ring: stop/close the port
 //!   before dropping that pool.
+//!
+//! # PMD notes
+//! * net_ring (`--vdev=net_ring0`): each queue's TX ring is its RX ring (loopback), 1023 frames.
+//! * net_memif works under `--no-shconf` (it only logs that its multi-process action cannot be
+//!   registered); net_tap needs the shared config (drop `--no-shconf`, keep a unique
+//!   `--file-prefix`). `Eal`'s drop removes EAL's runtime dir either way.
+//! * PMDs that pre-fill RX rings (tap, PCI NICs) take `rx_desc` mbufs per RX queue from the
+//!   pool at `configure`: size pools accordingly (`Error::NoMbufs` otherwise).
 //!
 //! # Drivers
 //! DPDK is linked dynamically; EAL loads every PMD from its driver directory

@@ -228,12 +228,12 @@ impl Mbuf {
     #[inline]
     pub fn set_tx_ipv4_cksum_offload(&mut self, l2_len: u8, l3_len: u16, ip_cksum: bool, udp_cksum: bool) {
         let m = self.m_mut();
-        let mut f = sys::RTE_MBUF_F_TX_IPV4 as u64;
+        let mut f = sys::RTE_MBUF_F_TX_IPV4;
         if ip_cksum {
-            f |= sys::RTE_MBUF_F_TX_IP_CKSUM as u64;
+            f |= sys::RTE_MBUF_F_TX_IP_CKSUM;
         }
         if udp_cksum {
-            f |= sys::RTE_MBUF_F_TX_UDP_CKSUM as u64;
+            f |= sys::RTE_MBUF_F_TX_UDP_CKSUM;
         }
         m.ol_flags |= f;
         // SAFETY: writing the bit-field view of the tx_offload union; all bit patterns valid.

@@ -47,7 +47,7 @@ impl std::str::FromStr for MacAddr {
     fn from_str(s: &str) -> Result<MacAddr> {
         let bad = || Error::InvalidArgument(format!("bad MAC address '{s}', expected e.g. 02:00:00:00:00:01"));
         let mut out = [0u8; 6];
-        let mut parts = s.split(|c| c == ':' || c == '-');
+        let mut parts = s.split([':', '-']);
         for b in out.iter_mut() {
             let p = parts.next().ok_or_else(bad)?;
             if p.len() != 2 {

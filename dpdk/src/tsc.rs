@@ -42,7 +42,7 @@ impl Tsc {
         let c0 = rdtsc();
         std::thread::sleep(std::time::Duration::from_millis(20));
         let c1 = rdtsc();
-        let ns = t0.elapsed().as_nanos().max(1) as u128;
+        let ns = t0.elapsed().as_nanos().max(1);
         Tsc { hz: ((c1.wrapping_sub(c0) as u128 * 1_000_000_000) / ns).max(1) as u64 }
     }
 

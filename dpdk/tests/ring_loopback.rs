@@ -165,6 +165,20 @@ fn ring_loopback_end_to_end() {
     assert_eq!(total, 1023);
     assert_eq!(pool.in_use_count(), baseline, "no mbuf leaked");
 
+    // rx_burst_max asks for at most `max`; tx_burst_retry empties the batch
+    let mut b64: MbufBatch<64> = MbufBatch::new();
+    b64.alloc_bulk(&pool, 40).unwrap();
+    for m in b64.iter_mut() {
+        m.set_len(60).unwrap();
+    }
+    assert_eq!(port.tx_burst_retry(QueueId(0), &mut b64, 3).unwrap(), (40, 0));
+    assert!(b64.is_empty());
+    assert_eq!(port.rx_burst_max(QueueId(0), &mut b64, 10).unwrap(), 10);
+    assert_eq!(port.rx_burst_max(QueueId(0), &mut b64, 100).unwrap(), 30);
+    assert_eq!(b64.len(), 40);
+    drop(b64);
+    assert_eq!(pool.in_use_count(), baseline);
+
     // retain keeps order and frees the rest in bulk
     let mut b: MbufBatch<8> = MbufBatch::new();
     for i in 0..8u8 {
@@ -203,8 +217,13 @@ fn ring_loopback_end_to_end() {
     let w = workers[0];
     let h = launch(w, move || current_lcore().map(|l| l.0 as i32).unwrap_or(-5)).unwrap();
     assert_eq!(h.wait().unwrap(), w.0 as i32);
+    // the expected panic is not printed: silence the hook for it
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
     let h = launch(w, || panic!("boom on worker")).unwrap();
-    match h.wait() {
+    let res = h.wait();
+    std::panic::set_hook(hook);
+    match res {
         Err(Error::LcorePanicked { message, .. }) => assert!(message.contains("boom"), "{message}"),
         other => panic!("expected a caught panic, got {other:?}"),
     }
