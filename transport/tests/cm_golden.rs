@@ -356,3 +356,38 @@ fn rping_state_machines_answer_like_linux() {
         (3, 19, 7)
     );
 }
+
+/// droce as an rdma_cm client produces Linux's REQ, byte for byte, from the same inputs.
+#[test]
+fn rdma_cm_req_like_linux() {
+    use droce_transport::cm::rdma_cm::RcConnect;
+    use std::net::SocketAddr;
+
+    let file = read_capture("G_rping.pcap");
+    let mads = rping_mads(&file);
+    let (req_b, req_m) = &mads[0];
+    let CmMessage::Req(req) = &req_m.message else {
+        panic!()
+    };
+    let ours = RcConnect {
+        local_comm_id: 0x4c07_e89f,
+        local_ca_guid: 0x5054_00ff_fe77_0011,
+        local_qpn: Qpn::new(0x31),
+        starting_psn: Psn::new(0xf9_e08a),
+        src: SocketAddr::from(([192, 168, 77, 11], 0xb6b3)),
+        dst: SocketAddr::from(([192, 168, 77, 10], 7174)),
+        local_gid: gid4([192, 168, 77, 11]),
+        remote_gid: gid4([192, 168, 77, 10]),
+        path_mtu: 3,
+        responder_resources: 1,
+        initiator_depth: 1,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        private_data: &[],
+    }
+    .to_req()
+    .unwrap();
+    assert_eq!(&ours, req);
+    let mad = CmMad::new(req_m.header.transaction_id, CmMessage::Req(ours));
+    assert_eq!(&emitted(&mad), req_b, "REQ like frame 1");
+}

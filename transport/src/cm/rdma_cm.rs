@@ -233,3 +233,92 @@ mod tests {
         assert_eq!(CmaHeaderRepr::parse(&b), Err(Error::Malformed));
     }
 }
+
+/// What an rdma_cm active side puts into its REQ for an RC connection (RDMA_PS_TCP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RcConnect<'a> {
+    pub local_comm_id: u32,
+    pub local_ca_guid: u64,
+    pub local_qpn: crate::types::Qpn,
+    /// Goes into the REQ's Starting PSN: the PSN the passive side will send with, i.e. this
+    /// side's `rq_psn` (Linux `cm.c` direction).
+    pub starting_psn: crate::types::Psn,
+    /// Source and destination IP and port; the destination port selects the listener.
+    pub src: core::net::SocketAddr,
+    pub dst: core::net::SocketAddr,
+    /// The RoCEv2 GIDs of the two ports (`Gid::from_ipv4` for IPv4).
+    pub local_gid: crate::types::Gid,
+    pub remote_gid: crate::types::Gid,
+    /// IBA MTU code (3 = 1024 for a 1500-byte Ethernet MTU).
+    pub path_mtu: u8,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    /// At most [`REQ_USER_PRIVATE_DATA_LEN`] bytes; more is cut.
+    pub private_data: &'a [u8],
+}
+
+impl RcConnect<'_> {
+    /// The REQ Linux 6.1 rdma_cm sends for these parameters: CM response timeouts 20
+    /// (`CMA_CM_RESPONSE_TIMEOUT`), 15 CM retries (`CMA_MAX_CM_RETRIES`), P_Key 0xffff,
+    /// permissive LIDs, hop limit 64, local ACK timeout 19 (packet life time 18 + 1), the
+    /// RoCEv2 flow label from the ports, the rdma_cm header then `private_data`.
+    /// Returns `None` when the two addresses are not of one family.
+    pub fn to_req(&self) -> Option<super::req::ReqRepr> {
+        use core::net::IpAddr;
+        let addrs = match (self.src.ip(), self.dst.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => CmaAddrs::V4 { src, dst },
+            (IpAddr::V6(src), IpAddr::V6(dst)) => CmaAddrs::V6 { src, dst },
+            _ => return None,
+        };
+        let mut private_data = [0u8; super::req::PRIVATE_DATA_LEN];
+        CmaHeaderRepr {
+            src_port: self.src.port(),
+            addrs,
+        }
+        .emit(&mut private_data);
+        let n = self.private_data.len().min(REQ_USER_PRIVATE_DATA_LEN);
+        private_data[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&self.private_data[..n]);
+        Some(super::req::ReqRepr {
+            local_comm_id: self.local_comm_id,
+            service_id: service_id(PortSpace::TCP, self.dst.port()),
+            local_ca_guid: self.local_ca_guid,
+            local_qkey: crate::types::QKey(0),
+            local_qpn: self.local_qpn,
+            responder_resources: self.responder_resources,
+            local_eecn: 0,
+            initiator_depth: self.initiator_depth,
+            remote_eecn: 0,
+            remote_cm_response_timeout: 20,
+            transport_service_type: super::req::transport_service_type::RC,
+            end_to_end_flow_control: false,
+            starting_psn: self.starting_psn,
+            local_cm_response_timeout: 20,
+            retry_count: self.retry_count.min(7),
+            pkey: crate::types::PKey(0xffff),
+            path_mtu: self.path_mtu,
+            rdc_exists: false,
+            rnr_retry_count: self.rnr_retry_count.min(7),
+            max_cm_retries: 15,
+            srq: false,
+            extended_transport_type: 0,
+            primary_path: super::path::PathRepr {
+                local_lid: 0xffff,
+                remote_lid: 0xffff,
+                local_gid: self.local_gid,
+                remote_gid: self.remote_gid,
+                flow_label: roce_flow_label(self.src.port(), self.dst.port()),
+                packet_rate: 0,
+                traffic_class: 0,
+                hop_limit: 64,
+                sl: 0,
+                subnet_local: false,
+                local_ack_timeout: 19,
+            },
+            alternate_path: None,
+            sap_supported: false,
+            private_data,
+        })
+    }
+}

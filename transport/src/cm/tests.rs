@@ -452,3 +452,33 @@ fn every_byte_string_parses_or_errs_without_panic() {
         }
     }
 }
+
+#[test]
+fn rdma_cm_req_builder() {
+    use core::net::SocketAddr;
+    let mut c = rdma_cm::RcConnect {
+        local_comm_id: 1,
+        local_ca_guid: 2,
+        local_qpn: Qpn::new(3),
+        starting_psn: Psn::new(4),
+        src: SocketAddr::from(([10, 0, 0, 1], 5000)),
+        dst: SocketAddr::from(([10, 0, 0, 2], 18515)),
+        local_gid: Gid::from_ipv4([10, 0, 0, 1].into()),
+        remote_gid: Gid::from_ipv4([10, 0, 0, 2].into()),
+        path_mtu: 5,
+        responder_resources: 16,
+        initiator_depth: 16,
+        retry_count: 9,
+        rnr_retry_count: 9,
+        private_data: &[0xab; 60],
+    };
+    let r = c.to_req().unwrap();
+    assert_eq!(r.service_id, 0x0106_4853);
+    assert_eq!((r.retry_count, r.rnr_retry_count), (7, 7), "3-bit fields capped");
+    assert_eq!(r.primary_path.flow_label, (5000 * 31 + 18515) & 0xfffff);
+    let h = rdma_cm::CmaHeaderRepr::parse(&r.private_data).unwrap();
+    assert_eq!((h.src_port, h.addrs.dst()), (5000, c.dst.ip()));
+    assert_eq!(&r.private_data[36..], &[0xab; 56][..], "user data cut at 56 bytes");
+    c.dst = SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], 1));
+    assert_eq!(c.to_req(), None, "mixed address families");
+}
