@@ -24,3 +24,20 @@ pub fn eal_args(extra: &[&str]) -> Vec<String> {
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
+
+/// A directory under the system temp dir, removed on drop (also when the test panics).
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("droce-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

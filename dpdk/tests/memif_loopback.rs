@@ -8,8 +8,8 @@ use droce_dpdk::*;
 
 #[test]
 fn memif_client_to_server() {
-    let dir = std::env::temp_dir().join(format!("droce-memif-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = common::TempDir::new("memif-test");
+    let dir = tmp.0.clone();
     let sock = dir.join("memif.sock");
     let s = format!("--vdev=net_memif0,role=server,socket={},socket-abstract=no", sock.display());
     let c = format!("--vdev=net_memif1,role=client,socket={},socket-abstract=no", sock.display());
@@ -63,5 +63,4 @@ fn memif_client_to_server() {
     assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
     drop(pool);
     drop(eal);
-    let _ = std::fs::remove_dir_all(&dir);
 }
