@@ -16,8 +16,10 @@ use std::time::{Duration, Instant};
 
 type Update = fn(u32, &[u8]) -> u32;
 
-static CRC_TABLE1: crc::Crc<u32, crc::Table<1>> = crc::Crc::<u32, crc::Table<1>>::new(&crc::CRC_32_ISO_HDLC);
-static CRC_TABLE16: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
+static CRC_TABLE1: crc::Crc<u32, crc::Table<1>> =
+    crc::Crc::<u32, crc::Table<1>>::new(&crc::CRC_32_ISO_HDLC);
+static CRC_TABLE16: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISO_HDLC);
 
 fn crc_table1(state: u32, data: &[u8]) -> u32 {
     // `crc` takes the raw register as its initial value; our state is the finalised CRC.
@@ -31,7 +33,10 @@ fn crc_table16(state: u32, data: &[u8]) -> u32 {
     d.finalize()
 }
 fn crc_fast(state: u32, data: &[u8]) -> u32 {
-    let mut d = crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32IsoHdlc, (!state) as u64);
+    let mut d = crc_fast::Digest::new_with_init_state(
+        crc_fast::CrcAlgorithm::Crc32IsoHdlc,
+        (!state) as u64,
+    );
     d.update(data);
     d.finalize() as u32
 }
@@ -69,7 +74,10 @@ fn frame(payload_len: usize) -> Vec<u8> {
             0,
         )
         .unwrap(),
-        UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT },
+        UdpRepr {
+            src_port: 0xc000,
+            dst_port: ROCE_V2_PORT,
+        },
         BthRepr {
             opcode: Opcode::RcSendMiddle,
             solicited: false,
@@ -93,8 +101,10 @@ fn frame(payload_len: usize) -> Vec<u8> {
 
 /// Returns GB/s over the ICRC-covered bytes (IP header to the end of the pad).
 fn measure(f: &dyn Fn(&[u8]) -> u32, body: &[u8]) -> f64 {
+    // `cargo bench` passes --bench; under `cargo test --benches` only a quick smoke run.
+    let default_ms = if std::env::args().any(|a| a == "--bench") { 400 } else { 5 };
     let budget = Duration::from_millis(
-        std::env::var("ICRC_BENCH_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(400),
+        std::env::var("ICRC_BENCH_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_ms),
     );
     // Warm up and calibrate.
     let mut iters = 1u64;
@@ -127,13 +137,27 @@ fn main() {
     println!("ICRC throughput, one core, GB/s over the ICRC-covered bytes (IP header .. pad)");
     println!(
         "{:>7} | {:>14} | {:>12} | {:>13} | {:>9} | {:>14} | {:>15}",
-        "payload", "droce (chosen)", "crc Table<1>", "crc Table<16>", "crc-fast", "chosen/Table1", "chosen/crc-fast"
+        "payload",
+        "droce (chosen)",
+        "crc Table<1>",
+        "crc Table<16>",
+        "crc-fast",
+        "chosen/Table1",
+        "chosen/crc-fast"
     );
     for size in [64usize, 1024, 4096] {
         let f = frame(size);
         let body = &f[14..f.len() - 4];
         let want = u32::from_le_bytes(f[f.len() - 4..].try_into().unwrap());
-        for (i, u) in [crc_table1 as Update, crc_table16, crc_fast, crc32fast_update].into_iter().enumerate() {
+        for (i, u) in [
+            crc_table1 as Update,
+            crc_table16,
+            crc_fast,
+            crc32fast_update,
+        ]
+        .into_iter()
+        .enumerate()
+        {
             assert_eq!(icrc_with(u, body), want, "implementation {i} disagrees");
         }
         assert_eq!(icrc::compute(body).unwrap(), want);
@@ -143,7 +167,13 @@ fn main() {
         let cf = measure(&|b| icrc_with(crc_fast, b), body);
         println!(
             "{:>6}B | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x",
-            size, chosen, t1, t16, cf, chosen / t1, chosen / cf
+            size,
+            chosen,
+            t1,
+            t16,
+            cf,
+            chosen / t1,
+            chosen / cf
         );
     }
 }

@@ -45,11 +45,15 @@ pub enum PcapError {
 impl fmt::Display for PcapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PcapError::UnknownFormat => f.write_str("not a pcap or pcapng file (unknown magic number)"),
+            PcapError::UnknownFormat => {
+                f.write_str("not a pcap or pcapng file (unknown magic number)")
+            }
             PcapError::Truncated { offset, frame } => {
                 write!(f, "file truncated at byte {offset} (in frame {frame})")
             }
-            PcapError::Malformed { offset, what } => write!(f, "malformed file at byte {offset}: {what}"),
+            PcapError::Malformed { offset, what } => {
+                write!(f, "malformed file at byte {offset}: {what}")
+            }
         }
     }
 }
@@ -89,9 +93,10 @@ impl Endian {
 pub fn detect(file: &[u8]) -> Result<Format, PcapError> {
     let m = file.get(..4).ok_or(PcapError::UnknownFormat)?;
     match m {
-        [0xd4, 0xc3, 0xb2, 0xa1] | [0xa1, 0xb2, 0xc3, 0xd4] | [0x4d, 0x3c, 0xb2, 0xa1] | [0xa1, 0xb2, 0x3c, 0x4d] => {
-            Ok(Format::Pcap)
-        }
+        [0xd4, 0xc3, 0xb2, 0xa1]
+        | [0xa1, 0xb2, 0xc3, 0xd4]
+        | [0x4d, 0x3c, 0xb2, 0xa1]
+        | [0xa1, 0xb2, 0x3c, 0x4d] => Ok(Format::Pcap),
         [0x0a, 0x0d, 0x0d, 0x0a] => Ok(Format::PcapNg),
         _ => Err(PcapError::UnknownFormat),
     }
@@ -118,7 +123,10 @@ pub fn read_partial(file: &[u8]) -> (Vec<CapturedFrame<'_>>, Option<PcapError>) 
 }
 
 fn read_pcap<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Result<(), PcapError> {
-    let gh = file.get(..24).ok_or(PcapError::Truncated { offset: file.len(), frame: 0 })?;
+    let gh = file.get(..24).ok_or(PcapError::Truncated {
+        offset: file.len(),
+        frame: 0,
+    })?;
     let (e, nanos) = match [gh[0], gh[1], gh[2], gh[3]] {
         [0xd4, 0xc3, 0xb2, 0xa1] => (Endian(false), false),
         [0xa1, 0xb2, 0xc3, 0xd4] => (Endian(true), false),
@@ -130,20 +138,34 @@ fn read_pcap<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Result<
     let mut off = 24;
     while off < file.len() {
         let number = frames.len() + 1;
-        let rh = file.get(off..off + 16).ok_or(PcapError::Truncated { offset: file.len(), frame: number })?;
+        let rh = file.get(off..off + 16).ok_or(PcapError::Truncated {
+            offset: file.len(),
+            frame: number,
+        })?;
         let sec = e.u32(&rh[0..4]) as u64;
         let frac = e.u32(&rh[4..8]) as u64;
         let incl = e.u32(&rh[8..12]) as usize;
         let orig_len = e.u32(&rh[12..16]);
         // Tolerate files whose snaplen field is 0 or too small; cap at 256 KiB like Wireshark.
         if incl > (snaplen as usize).max(262_144) {
-            return Err(PcapError::Malformed { offset: off + 8, what: "captured length larger than the snapshot length" });
+            return Err(PcapError::Malformed {
+                offset: off + 8,
+                what: "captured length larger than the snapshot length",
+            });
         }
         let start = off + 16;
-        let data =
-            file.get(start..start + incl).ok_or(PcapError::Truncated { offset: file.len(), frame: number })?;
+        let data = file.get(start..start + incl).ok_or(PcapError::Truncated {
+            offset: file.len(),
+            frame: number,
+        })?;
         let timestamp_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1000 };
-        frames.push(CapturedFrame { number, data, orig_len, linktype, timestamp_ns });
+        frames.push(CapturedFrame {
+            number,
+            data,
+            orig_len,
+            linktype,
+            timestamp_ns,
+        });
         off = start + incl;
     }
     Ok(())
@@ -156,7 +178,10 @@ fn read_pcapng<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Resul
     let mut ifaces: Vec<(u32, u64)> = Vec::new();
     while off < file.len() {
         let number = frames.len() + 1;
-        let trunc = PcapError::Truncated { offset: file.len(), frame: number };
+        let trunc = PcapError::Truncated {
+            offset: file.len(),
+            frame: number,
+        };
         let bh = file.get(off..off + 12).ok_or(trunc.clone())?;
         let btype_raw = &bh[0..4];
         if btype_raw == [0x0a, 0x0d, 0x0d, 0x0a] {
@@ -164,25 +189,39 @@ fn read_pcapng<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Resul
             e = match &bh[8..12] {
                 [0x1a, 0x2b, 0x3c, 0x4d] => Endian(true),
                 [0x4d, 0x3c, 0x2b, 0x1a] => Endian(false),
-                _ => return Err(PcapError::Malformed { offset: off + 8, what: "bad byte-order magic" }),
+                _ => {
+                    return Err(PcapError::Malformed {
+                        offset: off + 8,
+                        what: "bad byte-order magic",
+                    })
+                }
             };
             ifaces.clear();
         }
         let btype = e.u32(btype_raw);
         let blen = e.u32(&bh[4..8]) as usize;
-        if blen < 12 || blen % 4 != 0 {
-            return Err(PcapError::Malformed { offset: off + 4, what: "bad block length" });
+        if blen < 12 || blen & 3 != 0 {
+            return Err(PcapError::Malformed {
+                offset: off + 4,
+                what: "bad block length",
+            });
         }
         let block = file.get(off..off + blen).ok_or(trunc.clone())?;
         if e.u32(&block[blen - 4..]) as usize != blen {
-            return Err(PcapError::Malformed { offset: off + blen - 4, what: "trailing block length differs" });
+            return Err(PcapError::Malformed {
+                offset: off + blen - 4,
+                what: "trailing block length differs",
+            });
         }
         let body = &block[8..blen - 4];
         match btype {
             // Interface Description Block.
             0x0000_0001 => {
                 if body.len() < 8 {
-                    return Err(PcapError::Malformed { offset: off, what: "short interface block" });
+                    return Err(PcapError::Malformed {
+                        offset: off,
+                        what: "short interface block",
+                    });
                 }
                 let linktype = e.u16(&body[0..2]) as u32;
                 let mut unit_ns = 1000; // default resolution: microseconds
@@ -193,7 +232,10 @@ fn read_pcapng<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Resul
                     if code == 0 {
                         break;
                     }
-                    let v = body.get(o + 4..o + 4 + len).ok_or(PcapError::Malformed { offset: off + 8 + o, what: "option runs past its block" })?;
+                    let v = body.get(o + 4..o + 4 + len).ok_or(PcapError::Malformed {
+                        offset: off + 8 + o,
+                        what: "option runs past its block",
+                    })?;
                     if code == 9 && len == 1 {
                         // if_tsresol: 10^-n or 2^-n seconds.
                         let r = v[0];
@@ -214,25 +256,52 @@ fn read_pcapng<'a>(file: &'a [u8], frames: &mut Vec<CapturedFrame<'a>>) -> Resul
             // Enhanced Packet Block.
             0x0000_0006 => {
                 if body.len() < 20 {
-                    return Err(PcapError::Malformed { offset: off, what: "short enhanced packet block" });
+                    return Err(PcapError::Malformed {
+                        offset: off,
+                        what: "short enhanced packet block",
+                    });
                 }
                 let ifid = e.u32(&body[0..4]) as usize;
-                let &(linktype, unit_ns) = ifaces.get(ifid).ok_or(PcapError::Malformed { offset: off + 8, what: "packet on an undeclared interface" })?;
+                let &(linktype, unit_ns) = ifaces.get(ifid).ok_or(PcapError::Malformed {
+                    offset: off + 8,
+                    what: "packet on an undeclared interface",
+                })?;
                 let ts = ((e.u32(&body[4..8]) as u64) << 32) | e.u32(&body[8..12]) as u64;
                 let caplen = e.u32(&body[12..16]) as usize;
                 let orig_len = e.u32(&body[16..20]);
-                let data = body.get(20..20 + caplen).ok_or(PcapError::Malformed { offset: off + 20, what: "captured length runs past its block" })?;
-                frames.push(CapturedFrame { number, data, orig_len, linktype, timestamp_ns: ts.saturating_mul(unit_ns) });
+                let data = body.get(20..20 + caplen).ok_or(PcapError::Malformed {
+                    offset: off + 20,
+                    what: "captured length runs past its block",
+                })?;
+                frames.push(CapturedFrame {
+                    number,
+                    data,
+                    orig_len,
+                    linktype,
+                    timestamp_ns: ts.saturating_mul(unit_ns),
+                });
             }
             // Simple Packet Block: interface 0, no timestamp.
             0x0000_0003 => {
                 if body.len() < 4 {
-                    return Err(PcapError::Malformed { offset: off, what: "short simple packet block" });
+                    return Err(PcapError::Malformed {
+                        offset: off,
+                        what: "short simple packet block",
+                    });
                 }
-                let &(linktype, _) = ifaces.first().ok_or(PcapError::Malformed { offset: off, what: "packet before any interface" })?;
+                let &(linktype, _) = ifaces.first().ok_or(PcapError::Malformed {
+                    offset: off,
+                    what: "packet before any interface",
+                })?;
                 let orig_len = e.u32(&body[0..4]);
                 let caplen = (orig_len as usize).min(body.len() - 4);
-                frames.push(CapturedFrame { number, data: &body[4..4 + caplen], orig_len, linktype, timestamp_ns: 0 });
+                frames.push(CapturedFrame {
+                    number,
+                    data: &body[4..4 + caplen],
+                    orig_len,
+                    linktype,
+                    timestamp_ns: 0,
+                });
             }
             _ => {}
         }
@@ -276,7 +345,13 @@ mod tests {
         assert_eq!(read(b"garbage!"), Err(PcapError::UnknownFormat));
         let (part, err) = read_partial(&f[..f.len() - 1]);
         assert_eq!(part.len(), 2);
-        assert_eq!(err, Some(PcapError::Truncated { offset: f.len() - 1, frame: 3 }));
+        assert_eq!(
+            err,
+            Some(PcapError::Truncated {
+                offset: f.len() - 1,
+                frame: 3
+            })
+        );
     }
 
     fn block(t: u32, body: &[u8]) -> Vec<u8> {
@@ -291,7 +366,12 @@ mod tests {
 
     #[test]
     fn pcapng() {
-        let mut f = block(0x0a0d0d0a, &[0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+        let mut f = block(
+            0x0a0d0d0a,
+            &[
+                0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+            ],
+        );
         let mut idb = vec![1, 0, 0, 0, 0, 0, 0, 0];
         idb.extend_from_slice(&[9, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0]); // if_tsresol = 9 (ns)
         f.extend(block(1, &idb));

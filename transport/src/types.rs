@@ -296,7 +296,9 @@ impl Gid {
     /// The IPv4-mapped GID `::ffff:a.b.c.d`.
     pub const fn from_ipv4(a: Ipv4Addr) -> Gid {
         let o = a.octets();
-        Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3]])
+        Gid([
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, o[0], o[1], o[2], o[3],
+        ])
     }
     pub const fn from_ipv6(a: Ipv6Addr) -> Gid {
         Gid(a.octets())

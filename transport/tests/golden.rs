@@ -8,8 +8,8 @@
 
 use droce_transport::pcap;
 use droce_transport::wire::{
-    icrc, AethSyndrome, ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress, EthernetFrame,
-    EthernetRepr, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
+    icrc, AethSyndrome, ArpOperation, ArpPacket, ArpRepr, EtherType, EthernetAddress,
+    EthernetFrame, EthernetRepr, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
 };
 use droce_transport::{Gid, Msn, PKey, Psn, QKey, Qpn, Rkey};
 use std::collections::BTreeMap;
@@ -34,7 +34,11 @@ fn pcaps() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
         .collect();
     v.sort();
-    assert!(v.len() >= 17, "expected the 17 vector captures, found {}", v.len());
+    assert!(
+        v.len() >= 17,
+        "expected the 17 vector captures, found {}",
+        v.len()
+    );
     v
 }
 
@@ -59,7 +63,12 @@ fn every_frame_parses_reemits_and_verifies() {
         let frames = pcap::read(&file).unwrap_or_else(|e| panic!("{}: {e}", name(&p)));
         assert!(!frames.is_empty(), "{}", name(&p));
         for f in &frames {
-            assert!(f.is_complete(), "{} frame {} is truncated", name(&p), f.number);
+            assert!(
+                f.is_complete(),
+                "{} frame {} is truncated",
+                name(&p),
+                f.number
+            );
             let eth = EthernetRepr::parse(&EthernetFrame::new_checked(f.data).unwrap()).unwrap();
             if eth.ethertype == EtherType::Arp {
                 let a = ArpRepr::parse(&ArpPacket::new_checked(&f.data[14..]).unwrap()).unwrap();
@@ -73,14 +82,28 @@ fn every_frame_parses_reemits_and_verifies() {
             r.check().unwrap();
             assert!(icrc::verify(&f.data[14..r.frame_len(pl.len())]));
             let out = reemit(f.data, &r, &f.data[pl.clone()]);
-            assert_eq!(&out[..], &f.data[..out.len()], "{} frame {} re-emit", name(&p), f.number);
-            assert!(f.data[out.len()..].iter().all(|&b| b == 0), "{} frame {} trailer", name(&p), f.number);
+            assert_eq!(
+                &out[..],
+                &f.data[..out.len()],
+                "{} frame {} re-emit",
+                name(&p),
+                f.number
+            );
+            assert!(
+                f.data[out.len()..].iter().all(|&b| b == 0),
+                "{} frame {} trailer",
+                name(&p),
+                f.number
+            );
             // The split API gives the same bytes.
             let mut buf = vec![0u8; out.len()];
             let h = r.emit_headers(pl.len(), &mut buf);
             assert_eq!(h, pl.start);
             buf[h..h + pl.len()].copy_from_slice(&f.data[pl.clone()]);
-            assert_eq!(droce_transport::wire::finish_frame(&mut buf, pl.len()), out.len());
+            assert_eq!(
+                droce_transport::wire::finish_frame(&mut buf, pl.len()),
+                out.len()
+            );
             assert_eq!(buf, out);
             total += 1;
         }
@@ -93,7 +116,10 @@ fn every_frame_parses_reemits_and_verifies() {
 fn readme_table() -> BTreeMap<String, (usize, BTreeMap<u8, usize>)> {
     let text = std::fs::read_to_string(vectors_dir().join("README.md")).unwrap();
     let mut m = BTreeMap::new();
-    for line in text.lines().filter(|l| l.starts_with("| `") && l.contains(".pcap`")) {
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with("| `") && l.contains(".pcap`"))
+    {
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
         let file = cols[1].trim_matches('`').to_string();
         let frames: usize = cols[2].split_whitespace().next().unwrap().parse().unwrap();
@@ -102,7 +128,13 @@ fn readme_table() -> BTreeMap<String, (usize, BTreeMap<u8, usize>)> {
         while let Some(i) = rest.find("(0x") {
             let op = u8::from_str_radix(&rest[i + 3..i + 5], 16).unwrap();
             let after = &rest[i + 6..];
-            let n: usize = after.split_whitespace().next().unwrap().trim_end_matches(',').parse().unwrap();
+            let n: usize = after
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches(',')
+                .parse()
+                .unwrap();
             *ops.entry(op).or_insert(0) += n;
             rest = after;
         }
@@ -153,7 +185,9 @@ fn listed_frames_match_txt_decodes() {
         let txt = std::fs::read_to_string(p.with_extension("txt")).unwrap();
         let file = std::fs::read(&p).unwrap();
         let frames = pcap::read(&file).unwrap();
-        let Some(start) = txt.find("First 24 kept frames") else { continue };
+        let Some(start) = txt.find("First 24 kept frames") else {
+            continue;
+        };
         for line in txt[start..].lines().skip(1) {
             let toks: Vec<&str> = line.split_whitespace().collect();
             if toks.len() < 6 || toks[3] != "->" {
@@ -168,31 +202,70 @@ fn listed_frames_match_txt_decodes() {
             let op_end = line.find("sport=").unwrap();
             let op_start = line.find(toks[4]).unwrap() + toks[4].len();
             assert_eq!(r.bth.opcode.name(), line[op_start..op_end].trim(), "{ctx}");
-            assert_eq!(r.udp.src_port as u64, dec_after(line, "sport=").unwrap(), "{ctx}");
+            assert_eq!(
+                r.udp.src_port as u64,
+                dec_after(line, "sport=").unwrap(),
+                "{ctx}"
+            );
             assert_eq!(r.udp.dst_port, ROCE_V2_PORT);
-            assert_eq!(r.bth.dest_qp, Qpn::new(hex_after(line, "dqp=").unwrap() as u32), "{ctx}");
-            assert_eq!(r.bth.psn, Psn::new(hex_after(line, "psn=").unwrap() as u32), "{ctx}");
+            assert_eq!(
+                r.bth.dest_qp,
+                Qpn::new(hex_after(line, "dqp=").unwrap() as u32),
+                "{ctx}"
+            );
+            assert_eq!(
+                r.bth.psn,
+                Psn::new(hex_after(line, "psn=").unwrap() as u32),
+                "{ctx}"
+            );
             assert_eq!(r.bth.ack_req, dec_after(line, " A=").unwrap() == 1, "{ctx}");
-            assert_eq!(r.bth.pad_count as u64, dec_after(line, "pad=").unwrap(), "{ctx}");
-            assert_eq!(f.data.len() as u64, dec_after(line, "len=").unwrap(), "{ctx}");
+            assert_eq!(
+                r.bth.pad_count as u64,
+                dec_after(line, "pad=").unwrap(),
+                "{ctx}"
+            );
+            assert_eq!(
+                f.data.len() as u64,
+                dec_after(line, "len=").unwrap(),
+                "{ctx}"
+            );
             assert_eq!(r.bth.pkey, PKey::DEFAULT);
-            assert_eq!((r.bth.tver, r.bth.solicited, r.bth.mig_req), (0, false, false));
+            assert_eq!(
+                (r.bth.tver, r.bth.solicited, r.bth.mig_req),
+                (0, false, false)
+            );
             match r.reth {
-                Some(reth) => assert_eq!(reth.len as u64, dec_after(line, "RETH len=").unwrap(), "{ctx}"),
+                Some(reth) => assert_eq!(
+                    reth.len as u64,
+                    dec_after(line, "RETH len=").unwrap(),
+                    "{ctx}"
+                ),
                 None => assert!(!line.contains("RETH"), "{ctx}"),
             }
             match r.aeth {
                 Some(a) => {
                     let credits = dec_after(line, "credit code ").unwrap() as u8;
                     assert_eq!(a.syndrome, AethSyndrome::Ack { credits }, "{ctx}");
-                    assert_eq!(a.msn, Msn::new(dec_after(line, "msn=").unwrap() as u32), "{ctx}");
+                    assert_eq!(
+                        a.msn,
+                        Msn::new(dec_after(line, "msn=").unwrap() as u32),
+                        "{ctx}"
+                    );
                 }
                 None => assert!(!line.contains("ACK ("), "{ctx}"),
             }
             match r.deth {
                 Some(d) => {
-                    assert_eq!(d.qkey, QKey(hex_after(line, "qkey=").unwrap() as u32), "{ctx}");
-                    assert_eq!(d.src_qp, Qpn::new(hex_after(line, "srcqp=").unwrap() as u32), "{ctx}");
+                    assert_eq!(
+                        d.qkey,
+                        QKey(hex_after(line, "qkey=").unwrap() as u32),
+                        "{ctx}"
+                    );
+                    assert_eq!(
+                        d.src_qp,
+                        Qpn::new(hex_after(line, "srcqp=").unwrap() as u32),
+                        "{ctx}"
+                    );
                 }
                 None => assert!(!line.contains("DETH"), "{ctx}"),
             }
@@ -238,7 +311,8 @@ fn side(txt: &str, section: &str, ip: &'static str) -> Option<Side> {
         local_qpn: hex_after(local, "QPN ")? as u32,
         local_psn: hex_after(local, "PSN ")? as u32,
         remote_qpn: hex_after(remote, "QPN ")? as u32,
-        remote: hex_after(remote, "RKey ").map(|k| (k as u32, hex_after(remote, "VAddr ").unwrap())),
+        remote: hex_after(remote, "RKey ")
+            .map(|k| (k as u32, hex_after(remote, "VAddr ").unwrap())),
     })
 }
 
@@ -289,12 +363,20 @@ fn first_requests_match_tool_output() {
 #[test]
 fn pads_and_gids() {
     let d = vectors_dir();
-    for (file, pad, payload) in [("A3_rc_pingpong_13.pcap", 3, 13), ("E3_ud_pingpong_13.pcap", 3, 13)] {
+    for (file, pad, payload) in [
+        ("A3_rc_pingpong_13.pcap", 3, 13),
+        ("E3_ud_pingpong_13.pcap", 3, 13),
+    ] {
         let data = std::fs::read(d.join(file)).unwrap();
         for f in pcap::read(&data).unwrap() {
             let (r, pl) = RoceRepr::parse(f.data).unwrap();
             if r.bth.opcode.info().has_payload() {
-                assert_eq!((r.bth.pad_count, pl.len()), (pad, payload), "{file} {}", f.number);
+                assert_eq!(
+                    (r.bth.pad_count, pl.len()),
+                    (pad, payload),
+                    "{file} {}",
+                    f.number
+                );
             }
         }
     }
@@ -309,13 +391,20 @@ fn pads_and_gids() {
     let frames = pcap::read(&data).unwrap();
     let ops: Vec<ArpOperation> = frames
         .iter()
-        .map(|f| ArpRepr::parse(&ArpPacket::new_checked(&f.data[14..]).unwrap()).unwrap().operation)
+        .map(|f| {
+            ArpRepr::parse(&ArpPacket::new_checked(&f.data[14..]).unwrap())
+                .unwrap()
+                .operation
+        })
         .collect();
     assert_eq!(ops, [ArpOperation::Request, ArpOperation::Reply]);
     let a1 = std::fs::read(d.join("A1_rc_pingpong_64.pcap")).unwrap();
     let (r, _) = RoceRepr::parse(pcap::read(&a1).unwrap()[0].data).unwrap();
     assert_eq!(r.ip.src_gid().to_string(), "::ffff:192.168.77.11");
-    assert_eq!(r.eth.src_addr, EthernetAddress([0x52, 0x54, 0, 0x77, 0, 0x11]));
+    assert_eq!(
+        r.eth.src_addr,
+        EthernetAddress([0x52, 0x54, 0, 0x77, 0, 0x11])
+    );
 }
 
 /// Byte offsets (from the start of the frame) of the ICRC-masked bytes of an IPv4 frame, and
@@ -333,16 +422,25 @@ fn flip_all(frame: &[u8], ctx: &str, step: usize) -> usize {
         g[i] ^= 1 << b;
         match RoceRepr::parse(&g) {
             Ok((r, pl)) => {
-                assert!(masked_v4(i), "{ctx}: flipping byte {i} bit {b} was not detected");
+                assert!(
+                    masked_v4(i),
+                    "{ctx}: flipping byte {i} bit {b} was not detected"
+                );
                 let out = reemit(&g, &r, &g[pl]);
                 assert_eq!(out.len(), g.len());
                 for (k, (x, y)) in out.iter().zip(&g).enumerate() {
                     if x != y {
-                        assert!(masked_v4(k), "{ctx}: re-emit after flip at {i}.{b} differs at byte {k}");
+                        assert!(
+                            masked_v4(k),
+                            "{ctx}: re-emit after flip at {i}.{b} differs at byte {k}"
+                        );
                     }
                 }
             }
-            Err(_) => assert!(!masked_v4(i), "{ctx}: flipping masked byte {i} bit {b} broke the parse"),
+            Err(_) => assert!(
+                !masked_v4(i),
+                "{ctx}: flipping masked byte {i} bit {b} broke the parse"
+            ),
         }
         n += 1;
         bit += if bit < 14 * 8 + 64 * 8 { 1 } else { step };
@@ -375,7 +473,11 @@ fn flipped_bits_are_rejected_except_in_masked_fields() {
 // IPv6 (no vector captures exist): constructed frames, cross-checked with icrc_check.py.
 
 fn v6_repr(opcode: Opcode) -> RoceRepr {
-    let src = Gid::from("fe80::5054:ff:fe77:11".parse::<std::net::Ipv6Addr>().unwrap());
+    let src = Gid::from(
+        "fe80::5054:ff:fe77:11"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap(),
+    );
     let dst = Gid::from("2001:db8::10".parse::<std::net::Ipv6Addr>().unwrap());
     let ip = IpRepr::from_gids(src, dst, 0xa5, 17, 0x12345).unwrap();
     let mut r = RoceRepr::new(
@@ -385,7 +487,10 @@ fn v6_repr(opcode: Opcode) -> RoceRepr {
             ethertype: EtherType::Ipv6,
         },
         ip,
-        UdpRepr { src_port: 0xc123, dst_port: ROCE_V2_PORT },
+        UdpRepr {
+            src_port: 0xc123,
+            dst_port: ROCE_V2_PORT,
+        },
         droce_transport::wire::BthRepr {
             opcode,
             solicited: true,
@@ -402,13 +507,20 @@ fn v6_repr(opcode: Opcode) -> RoceRepr {
     );
     let info = opcode.info();
     if info.has_reth() {
-        r.reth = Some(droce_transport::wire::RethRepr { va: 0x7f00_dead_beef, rkey: Rkey(0xabcd), len: 4099 });
+        r.reth = Some(droce_transport::wire::RethRepr {
+            va: 0x7f00_dead_beef,
+            rkey: Rkey(0xabcd),
+            len: 4099,
+        });
     }
     if info.has_immdt() {
         r.immdt = Some(0x0102_0304);
     }
     if info.has_deth() {
-        r.deth = Some(droce_transport::wire::DethRepr { qkey: QKey(0x11111111), src_qp: Qpn::new(0x77) });
+        r.deth = Some(droce_transport::wire::DethRepr {
+            qkey: QKey(0x11111111),
+            src_qp: Qpn::new(0x77),
+        });
     }
     if info.has_ieth() {
         r.ieth = Some(Rkey(0x55aa));
@@ -442,7 +554,13 @@ fn ipv6_roundtrip_and_masks() {
         assert_eq!(r.ip.traffic_class(), 0xa5);
         assert_eq!(reemit(&f, &r, &f[pl.clone()]), f);
         // Traffic class, flow label and hop limit are masked: the frame still parses.
-        for (i, m) in [(14usize, 0x0f), (15, 0xff), (16, 0xff), (17, 0xff), (21, 0xff)] {
+        for (i, m) in [
+            (14usize, 0x0f),
+            (15, 0xff),
+            (16, 0xff),
+            (17, 0xff),
+            (21, 0xff),
+        ] {
             let mut g = f.clone();
             g[i] ^= m;
             let (r2, _) = RoceRepr::parse(&g).unwrap_or_else(|_| panic!("masked byte {i}"));
@@ -475,13 +593,24 @@ fn ipv6_icrc_matches_independent_checker() {
     std::fs::write(&path, &f).unwrap();
     // Our own reader sees them too.
     assert_eq!(pcap::read(&f).unwrap().len(), frames.len());
-    let out = std::process::Command::new("python3").arg(vectors_dir().join("icrc_check.py")).arg(&path).output();
+    let out = std::process::Command::new("python3")
+        .arg(vectors_dir().join("icrc_check.py"))
+        .arg(&path)
+        .output();
     let _ = std::fs::remove_file(&path);
     match out {
         Ok(o) => {
             let s = String::from_utf8_lossy(&o.stdout);
-            assert!(o.status.success(), "icrc_check.py failed: {s} {}", String::from_utf8_lossy(&o.stderr));
-            let want = format!("{} RoCEv2 frames (IPv6), ICRC ok {n}/{n}", frames.len(), n = frames.len());
+            assert!(
+                o.status.success(),
+                "icrc_check.py failed: {s} {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let want = format!(
+                "{} RoCEv2 frames (IPv6), ICRC ok {n}/{n}",
+                frames.len(),
+                n = frames.len()
+            );
             assert!(s.contains(&want), "icrc_check.py said: {s}");
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -9,7 +9,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_droce-dump");
 
 fn vectors() -> Vec<PathBuf> {
     let d = Path::new(VECTORS);
-    assert!(d.join("README.md").is_file(), "golden vectors not found at {}", d.display());
+    assert!(
+        d.join("README.md").is_file(),
+        "golden vectors not found at {}",
+        d.display()
+    );
     let mut v: Vec<PathBuf> = std::fs::read_dir(d)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -21,7 +25,10 @@ fn vectors() -> Vec<PathBuf> {
 }
 
 fn run<P: AsRef<std::ffi::OsStr>>(args: &[P]) -> Output {
-    Command::new(BIN).args(args).output().expect("run droce-dump")
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run droce-dump")
 }
 
 fn stdout(o: &Output) -> String {
@@ -57,11 +64,20 @@ fn every_vector_file_verifies() {
     for f in &files {
         let o = run(&[f]);
         let out = stdout(&o);
-        assert!(o.status.success(), "{}: {}\n{}", f.display(), stderr(&o), out);
+        assert!(
+            o.status.success(),
+            "{}: {}\n{}",
+            f.display(),
+            stderr(&o),
+            out
+        );
         let lines = frame_lines(&out);
         assert!(!lines.is_empty());
         for l in &lines {
-            assert!(l.ends_with("icrc=ok") || l.contains("skipped (not RoCEv2: arp)"), "{l}");
+            assert!(
+                l.ends_with("icrc=ok") || l.contains("skipped (not RoCEv2: arp)"),
+                "{l}"
+            );
         }
         total_ok += lines.iter().filter(|l| l.ends_with("icrc=ok")).count();
     }
@@ -69,7 +85,13 @@ fn every_vector_file_verifies() {
     // All files at once: same verdict, per-file headers.
     let o = run(&files);
     assert!(o.status.success());
-    assert_eq!(stdout(&o).lines().filter(|l| l.starts_with("# ") && l.contains(": ")).count(), files.len());
+    assert_eq!(
+        stdout(&o)
+            .lines()
+            .filter(|l| l.starts_with("# ") && l.contains(": "))
+            .count(),
+        files.len()
+    );
 }
 
 #[test]
@@ -86,14 +108,26 @@ fn lines_show_the_fields() {
         "     2 RC Acknowledge 192.168.77.10 -> 192.168.77.11 dqp=0x000023 psn=0x735b2c A=0 AETH ACK credits=31 msn=1 payload=0 icrc=ok"
     );
     let out = stdout(&run(&[d.join("E1_ud_pingpong_64.pcap")]));
-    assert!(frame_lines(&out)[0].contains("DETH qkey=0x11111111 srcqp=0x00002f"), "{out}");
+    assert!(
+        frame_lines(&out)[0].contains("DETH qkey=0x11111111 srcqp=0x00002f"),
+        "{out}"
+    );
     let out = stdout(&run(&[d.join("C1_read_bw_64k.pcap")]));
-    assert!(frame_lines(&out)[0].contains("RETH va=0x7f93f380f000 rkey=0x00000b08 len=65536"), "{out}");
+    assert!(
+        frame_lines(&out)[0].contains("RETH va=0x7f93f380f000 rkey=0x00000b08 len=65536"),
+        "{out}"
+    );
     let out = stdout(&run(&[d.join("D1_atomic_bw_fadd.pcap")]));
     assert!(out.contains("AtomicETH va=0x"), "{out}");
     assert!(out.contains(" AtomicAckETH orig=0x"), "{out}");
     let out = stdout(&run(&[d.join("G_rping_arp.pcap")]));
-    assert_eq!(frame_lines(&out), ["     1 skipped (not RoCEv2: arp)", "     2 skipped (not RoCEv2: arp)"]);
+    assert_eq!(
+        frame_lines(&out),
+        [
+            "     1 skipped (not RoCEv2: arp)",
+            "     2 skipped (not RoCEv2: arp)"
+        ]
+    );
 }
 
 #[test]
@@ -106,7 +140,11 @@ fn corrupted_frame_is_reported() {
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
     let out = stdout(&o);
     let l = frame_lines(&out);
-    assert!(l[0].starts_with("     1 RC SEND Only") && l[0].ends_with("icrc=bad"), "{}", l[0]);
+    assert!(
+        l[0].starts_with("     1 RC SEND Only") && l[0].ends_with("icrc=bad"),
+        "{}",
+        l[0]
+    );
     assert!(l[1].ends_with("icrc=ok"));
     assert!(out.contains("79 RoCEv2 ok, 1 RoCEv2 bad"), "{out}");
 }
@@ -115,16 +153,28 @@ fn corrupted_frame_is_reported() {
 fn truncated_garbage_empty_and_missing_files_fail_cleanly() {
     let data = std::fs::read(Path::new(VECTORS).join("A1_rc_pingpong_64.pcap")).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("trunc-record.pcap", data[..data.len() - 7].to_vec(), "truncated"),
+        (
+            "trunc-record.pcap",
+            data[..data.len() - 7].to_vec(),
+            "truncated",
+        ),
         ("trunc-header.pcap", data[..30].to_vec(), "truncated"),
         ("trunc-global.pcap", data[..10].to_vec(), "truncated"),
-        ("garbage.pcap", b"this is not a capture file at all".to_vec(), "not a pcap or pcapng"),
+        (
+            "garbage.pcap",
+            b"this is not a capture file at all".to_vec(),
+            "not a pcap or pcapng",
+        ),
         ("empty.pcap", Vec::new(), "not a pcap or pcapng"),
-        ("huge-record.pcap", {
-            let mut d = data[..24 + 16].to_vec();
-            d[24 + 8..24 + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
-            d
-        }, "malformed"),
+        (
+            "huge-record.pcap",
+            {
+                let mut d = data[..24 + 16].to_vec();
+                d[24 + 8..24 + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+                d
+            },
+            "malformed",
+        ),
     ];
     for (name, bytes, msg) in cases {
         let t = Tmp::new(name, &bytes);
@@ -159,8 +209,20 @@ fn help_and_usage() {
 /// Converts a classic pcap to pcapng (SHB + IDB + one EPB per frame), big-endian when asked
 /// so the reader's byte-order handling is exercised too.
 fn to_pcapng(pcap: &[u8], big: bool) -> Vec<u8> {
-    let u32b = |v: u32| if big { v.to_be_bytes() } else { v.to_le_bytes() };
-    let u16b = |v: u16| if big { v.to_be_bytes() } else { v.to_le_bytes() };
+    let u32b = |v: u32| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
+    let u16b = |v: u16| {
+        if big {
+            v.to_be_bytes()
+        } else {
+            v.to_le_bytes()
+        }
+    };
     let block = |t: u32, body: &[u8]| {
         let len = 12 + body.len().div_ceil(4) * 4;
         let mut b = u32b(t).to_vec();
@@ -198,7 +260,11 @@ fn to_pcapng(pcap: &[u8], big: bool) -> Vec<u8> {
 
 #[test]
 fn pcapng_gives_the_same_lines() {
-    for name in ["A3_rc_pingpong_13.pcap", "G_rping.pcap", "D2_atomic_bw_cswap.pcap"] {
+    for name in [
+        "A3_rc_pingpong_13.pcap",
+        "G_rping.pcap",
+        "D2_atomic_bw_cswap.pcap",
+    ] {
         let p = Path::new(VECTORS).join(name);
         let data = std::fs::read(&p).unwrap();
         let want = stdout(&run(&[&p]));
@@ -206,7 +272,11 @@ fn pcapng_gives_the_same_lines() {
             let t = Tmp::new(&format!("{name}-{big}.pcapng"), &to_pcapng(&data, big));
             let o = run(&[&t.0]);
             assert!(o.status.success(), "{}", stderr(&o));
-            assert_eq!(frame_lines(&stdout(&o)), frame_lines(&want), "{name} big={big}");
+            assert_eq!(
+                frame_lines(&stdout(&o)),
+                frame_lines(&want),
+                "{name} big={big}"
+            );
         }
     }
     // A truncated pcapng is an error too.

@@ -36,7 +36,9 @@ fn not_roce_reason(data: &[u8]) -> Option<String> {
         EtherType::Vlan => Some("vlan-tagged".into()),
         EtherType::Unknown(t) => Some(format!("ethertype 0x{t:04x}")),
         EtherType::Ipv4 => {
-            let Ok(ip) = Ipv4Packet::new_checked(l3) else { return Some("truncated ipv4".into()) };
+            let Ok(ip) = Ipv4Packet::new_checked(l3) else {
+                return Some("truncated ipv4".into());
+            };
             if ip.next_header() != 17 {
                 return Some(format!("ipv4 protocol {}", ip.next_header()));
             }
@@ -46,7 +48,9 @@ fn not_roce_reason(data: &[u8]) -> Option<String> {
             udp_reason(ip.payload())
         }
         EtherType::Ipv6 => {
-            let Ok(ip) = Ipv6Packet::new_checked(l3) else { return Some("truncated ipv6".into()) };
+            let Ok(ip) = Ipv6Packet::new_checked(l3) else {
+                return Some("truncated ipv6".into());
+            };
             if ip.next_header() != 17 {
                 return Some(format!("ipv6 next header {}", ip.next_header()));
             }
@@ -154,7 +158,12 @@ fn dump_frame(f: &CapturedFrame<'_>, out: &mut String, t: &mut Totals) {
     }
     if !f.is_complete() {
         t.roce_bad += 1;
-        let _ = writeln!(out, "{n:6} RoCEv2 frame cut short by the capture ({} of {} bytes) icrc=unchecked", f.data.len(), f.orig_len);
+        let _ = writeln!(
+            out,
+            "{n:6} RoCEv2 frame cut short by the capture ({} of {} bytes) icrc=unchecked",
+            f.data.len(),
+            f.orig_len
+        );
         return;
     }
     match RoceRepr::parse(f.data) {
@@ -169,8 +178,16 @@ fn dump_frame(f: &CapturedFrame<'_>, out: &mut String, t: &mut Totals) {
                     let _ = writeln!(out, "{n:6} {} icrc=bad", describe(&r, pl.len()));
                 }
                 Err(_) => {
-                    let icrc = if f.data.len() > 18 && icrc::verify(&f.data[14..]) { "ok" } else { "bad" };
-                    let op = f.data.get(42).map(|o| format!("0x{o:02x}")).unwrap_or_else(|| "-".into());
+                    let icrc = if f.data.len() > 18 && icrc::verify(&f.data[14..]) {
+                        "ok"
+                    } else {
+                        "bad"
+                    };
+                    let op = f
+                        .data
+                        .get(42)
+                        .map(|o| format!("0x{o:02x}"))
+                        .unwrap_or_else(|| "-".into());
                     let _ = writeln!(
                         out,
                         "{n:6} malformed RoCEv2 frame ({} bytes, opcode byte {op}) icrc={icrc}",

@@ -46,9 +46,13 @@ pub const CREDITS_UNLIMITED: u8 = 31;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AethSyndrome {
     /// ACK with the 5-bit credit code (IBA 9.7.7.2.2).
-    Ack { credits: u8 },
+    Ack {
+        credits: u8,
+    },
     /// RNR NAK with the 5-bit IBA RNR timer code (IBA table 46).
-    RnrNak { timer: u8 },
+    RnrNak {
+        timer: u8,
+    },
     Nak(NakCode),
 }
 
@@ -128,7 +132,10 @@ impl AethRepr {
     /// Fails on a reserved syndrome.
     pub fn parse<T: AsRef<[u8]>>(p: &AethPacket<T>) -> Result<AethRepr> {
         p.check_len()?;
-        Ok(AethRepr { syndrome: p.syndrome()?, msn: p.msn() })
+        Ok(AethRepr {
+            syndrome: p.syndrome()?,
+            msn: p.msn(),
+        })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -149,7 +156,15 @@ mod tests {
         // A1 frame 2: ACK, credit code 31, MSN 1.
         let bytes = [0x1f, 0, 0, 1];
         let r = AethRepr::parse(&AethPacket::new_checked(&bytes[..]).unwrap()).unwrap();
-        assert_eq!(r, AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: Msn::new(1) });
+        assert_eq!(
+            r,
+            AethRepr {
+                syndrome: AethSyndrome::Ack {
+                    credits: CREDITS_UNLIMITED
+                },
+                msn: Msn::new(1)
+            }
+        );
         let mut out = [0u8; 4];
         r.emit(&mut AethPacket::new_unchecked(&mut out[..]));
         assert_eq!(out, bytes);
@@ -161,12 +176,24 @@ mod tests {
         for v in 0..=255u8 {
             match AethSyndrome::from_u8(v) {
                 Some(s) => assert_eq!(s.to_u8(), v),
-                None => assert!(v >= 0x80 || (0x40..0x60).contains(&v) || (0x65..0x80).contains(&v), "{v:#x}"),
+                None => assert!(
+                    v >= 0x80 || (0x40..0x60).contains(&v) || (0x65..0x80).contains(&v),
+                    "{v:#x}"
+                ),
             }
         }
-        assert_eq!(AethSyndrome::from_u8(0x2e), Some(AethSyndrome::RnrNak { timer: 14 }));
-        assert_eq!(AethSyndrome::from_u8(0x60), Some(AethSyndrome::Nak(NakCode::PsnSequenceError)));
-        assert_eq!(AethSyndrome::from_u8(0x62), Some(AethSyndrome::Nak(NakCode::RemoteAccessError)));
+        assert_eq!(
+            AethSyndrome::from_u8(0x2e),
+            Some(AethSyndrome::RnrNak { timer: 14 })
+        );
+        assert_eq!(
+            AethSyndrome::from_u8(0x60),
+            Some(AethSyndrome::Nak(NakCode::PsnSequenceError))
+        );
+        assert_eq!(
+            AethSyndrome::from_u8(0x62),
+            Some(AethSyndrome::Nak(NakCode::RemoteAccessError))
+        );
         assert_eq!(AethSyndrome::Nak(NakCode::InvalidRdRequest).to_u8(), 0x64);
     }
 }

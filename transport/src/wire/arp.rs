@@ -152,7 +152,11 @@ impl ArpRepr {
     /// Parses an Ethernet (htype 1) / IPv4 (ptype 0x0800) ARP packet; anything else is an error.
     pub fn parse<T: AsRef<[u8]>>(p: &ArpPacket<T>) -> Result<ArpRepr> {
         p.check_len()?;
-        if p.hardware_type() != 1 || p.protocol_type() != 0x0800 || p.hardware_len() != 6 || p.protocol_len() != 4 {
+        if p.hardware_type() != 1
+            || p.protocol_type() != 0x0800
+            || p.hardware_len() != 6
+            || p.protocol_len() != 4
+        {
             return Err(Error);
         }
         Ok(ArpRepr {

@@ -73,7 +73,8 @@ mod tests {
     #[test]
     fn parse_emit() {
         let bytes = 0x0123_4567_89ab_cdefu64.to_be_bytes();
-        let r = AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(&bytes[..]).unwrap()).unwrap();
+        let r =
+            AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(&bytes[..]).unwrap()).unwrap();
         assert_eq!(r.orig, 0x0123_4567_89ab_cdef);
         let mut out = [0u8; 8];
         r.emit(&mut AtomicAckEthPacket::new_unchecked(&mut out[..]));

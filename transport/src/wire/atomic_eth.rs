@@ -85,7 +85,12 @@ pub struct AtomicEthRepr {
 impl AtomicEthRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &AtomicEthPacket<T>) -> Result<AtomicEthRepr> {
         p.check_len()?;
-        Ok(AtomicEthRepr { va: p.va(), rkey: p.rkey(), swap_add: p.swap_add(), compare: p.compare() })
+        Ok(AtomicEthRepr {
+            va: p.va(),
+            rkey: p.rkey(),
+            swap_add: p.swap_add(),
+            compare: p.compare(),
+        })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -111,7 +116,15 @@ mod tests {
         bytes[12..20].copy_from_slice(&1u64.to_be_bytes());
         bytes[20..].copy_from_slice(&u64::MAX.to_be_bytes());
         let r = AtomicEthRepr::parse(&AtomicEthPacket::new_checked(&bytes[..]).unwrap()).unwrap();
-        assert_eq!(r, AtomicEthRepr { va: 0x5634_1200_0040, rkey: Rkey(0x1d9a), swap_add: 1, compare: u64::MAX });
+        assert_eq!(
+            r,
+            AtomicEthRepr {
+                va: 0x5634_1200_0040,
+                rkey: Rkey(0x1d9a),
+                swap_add: 1,
+                compare: u64::MAX
+            }
+        );
         let mut out = [0u8; 28];
         r.emit(&mut AtomicEthPacket::new_unchecked(&mut out[..]));
         assert_eq!(out, bytes);

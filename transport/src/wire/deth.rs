@@ -64,7 +64,10 @@ pub struct DethRepr {
 impl DethRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &DethPacket<T>) -> Result<DethRepr> {
         p.check_len()?;
-        Ok(DethRepr { qkey: p.qkey(), src_qp: p.src_qp() })
+        Ok(DethRepr {
+            qkey: p.qkey(),
+            src_qp: p.src_qp(),
+        })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -86,7 +89,13 @@ mod tests {
         // E1 frame 1: qkey 0x11111111, srcqp 0x00002f.
         let bytes = [0x11, 0x11, 0x11, 0x11, 0, 0, 0, 0x2f];
         let r = DethRepr::parse(&DethPacket::new_checked(&bytes[..]).unwrap()).unwrap();
-        assert_eq!(r, DethRepr { qkey: QKey(0x11111111), src_qp: Qpn::new(0x2f) });
+        assert_eq!(
+            r,
+            DethRepr {
+                qkey: QKey(0x11111111),
+                src_qp: Qpn::new(0x2f)
+            }
+        );
         let mut out = [0xaau8; 8];
         r.emit(&mut DethPacket::new_unchecked(&mut out[..]));
         assert_eq!(out, bytes);

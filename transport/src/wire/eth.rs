@@ -34,7 +34,11 @@ impl EthernetAddress {
 impl fmt::Display for EthernetAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
     }
 }
 impl fmt::Debug for EthernetAddress {
@@ -175,8 +179,9 @@ mod tests {
     use super::*;
 
     // vm1 -> vm0 header of every vector frame.
-    const BYTES: [u8; 14] =
-        [0x52, 0x54, 0, 0x77, 0, 0x10, 0x52, 0x54, 0, 0x77, 0, 0x11, 0x08, 0x00];
+    const BYTES: [u8; 14] = [
+        0x52, 0x54, 0, 0x77, 0, 0x10, 0x52, 0x54, 0, 0x77, 0, 0x11, 0x08, 0x00,
+    ];
 
     #[test]
     fn parse_emit() {
@@ -189,7 +194,9 @@ mod tests {
         r.emit(&mut EthernetFrame::new_unchecked(&mut out[..]));
         assert_eq!(out, BYTES);
         assert!(EthernetFrame::new_checked(&BYTES[..13]).is_err());
-        assert!(EthernetAddress::BROADCAST.is_broadcast() && EthernetAddress::BROADCAST.is_multicast());
+        assert!(
+            EthernetAddress::BROADCAST.is_broadcast() && EthernetAddress::BROADCAST.is_multicast()
+        );
         assert_eq!(EtherType::from(0x1234), EtherType::Unknown(0x1234));
         assert_eq!(u16::from(EtherType::from(0x86dd)), 0x86dd);
     }

@@ -26,7 +26,11 @@ const fn crc32_bitwise(state: u32, data: &[u8]) -> u32 {
         crc ^= data[i] as u32;
         let mut k = 0;
         while k < 8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xedb8_8320
+            } else {
+                crc >> 1
+            };
             k += 1;
         }
         i += 1;
@@ -130,7 +134,10 @@ mod tests {
     const A1_F2: &str = "45000030d204400040114d52c0a84d0ac0a84d0bc29912b7001c00001100ffff0000002300735b2c1f000001974c20b8";
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     #[test]

@@ -141,8 +141,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.buffer.as_mut()[field::IDENT].copy_from_slice(&v.to_be_bytes())
     }
     /// Sets the flags and the fragment offset (in bytes, a multiple of 8).
-    pub fn set_flags_and_frag_offset(&mut self, reserved: bool, dont_frag: bool, more_frags: bool, off: u16) {
-        let v = (reserved as u16) << 15 | (dont_frag as u16) << 14 | (more_frags as u16) << 13 | ((off >> 3) & 0x1fff);
+    pub fn set_flags_and_frag_offset(
+        &mut self,
+        reserved: bool,
+        dont_frag: bool,
+        more_frags: bool,
+        off: u16,
+    ) {
+        let v = (reserved as u16) << 15
+            | (dont_frag as u16) << 14
+            | (more_frags as u16) << 13
+            | ((off >> 3) & 0x1fff);
         self.buffer.as_mut()[field::FLG_OFF].copy_from_slice(&v.to_be_bytes())
     }
     pub fn set_hop_limit(&mut self, v: u8) {

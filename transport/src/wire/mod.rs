@@ -8,8 +8,8 @@
 use core::fmt;
 use core::ops::Range;
 
-pub mod arp;
 pub mod aeth;
+pub mod arp;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;

@@ -72,6 +72,7 @@ impl ExtHeader {
     ];
 
     /// Length in bytes (IBA 9.3-9.5).
+    #[allow(clippy::len_without_is_empty)] // a header field, not a container
     pub const fn len(self) -> usize {
         match self {
             ExtHeader::Rdeth => 4,
@@ -210,10 +211,18 @@ impl OpInfo {
             TransportClass::Ud => base.union(H::DETH),
             _ => base,
         };
-        OpInfo { class, operation, position, headers: base }
+        OpInfo {
+            class,
+            operation,
+            position,
+            headers: base,
+        }
     }
     const fn with(self, h: ExtHeaders) -> OpInfo {
-        OpInfo { headers: self.headers.union(h), ..self }
+        OpInfo {
+            headers: self.headers.union(h),
+            ..self
+        }
     }
 
     pub const fn has(self, h: ExtHeader) -> bool {
@@ -503,7 +512,15 @@ mod tests {
                 TransportClass::Cnp => "CNP",
             };
             assert_eq!(c, class, "0x{v:02x}");
-            assert_eq!(v >> 5, match class { "RC" => 0, "UC" => 1, "UD" => 3, _ => 4 });
+            assert_eq!(
+                v >> 5,
+                match class {
+                    "RC" => 0,
+                    "UC" => 1,
+                    "UD" => 3,
+                    _ => 4,
+                }
+            );
             assert!(op.name().starts_with(class), "{}", op.name());
             let got: Vec<&str> = ExtHeader::ORDER
                 .iter()
@@ -522,7 +539,10 @@ mod tests {
             // Offsets follow the listed order with the listed sizes.
             let mut off = BTH_LEN;
             for n in hdrs {
-                let h = *ExtHeader::ORDER.iter().find(|h| hdr_name(**h) == *n).unwrap();
+                let h = *ExtHeader::ORDER
+                    .iter()
+                    .find(|h| hdr_name(**h) == *n)
+                    .unwrap();
                 assert_eq!(i.offset(h), Some(off), "0x{v:02x} {n}");
                 off += hdr_len(n);
             }
@@ -542,24 +562,52 @@ mod tests {
     #[test]
     fn receive_wqe_use() {
         use Opcode::*;
-        let consumes: Vec<Opcode> =
-            Opcode::ALL.iter().copied().filter(|o| o.info().consumes_recv_wqe()).collect();
+        let consumes: Vec<Opcode> = Opcode::ALL
+            .iter()
+            .copied()
+            .filter(|o| o.info().consumes_recv_wqe())
+            .collect();
         assert_eq!(
             consumes,
             [
-                RcSendFirst, RcSendOnly, RcSendOnlyImm, RcWriteLastImm, RcWriteOnlyImm,
-                RcSendOnlyInv, UcSendFirst, UcSendOnly, UcSendOnlyImm, UcWriteLastImm,
-                UcWriteOnlyImm, UdSendOnly, UdSendOnlyImm
+                RcSendFirst,
+                RcSendOnly,
+                RcSendOnlyImm,
+                RcWriteLastImm,
+                RcWriteOnlyImm,
+                RcSendOnlyInv,
+                UcSendFirst,
+                UcSendOnly,
+                UcSendOnlyImm,
+                UcWriteLastImm,
+                UcWriteOnlyImm,
+                UdSendOnly,
+                UdSendOnlyImm
             ]
         );
-        let completes: Vec<Opcode> =
-            Opcode::ALL.iter().copied().filter(|o| o.info().completes_recv_wqe()).collect();
+        let completes: Vec<Opcode> = Opcode::ALL
+            .iter()
+            .copied()
+            .filter(|o| o.info().completes_recv_wqe())
+            .collect();
         assert_eq!(
             completes,
             [
-                RcSendLast, RcSendLastImm, RcSendOnly, RcSendOnlyImm, RcWriteLastImm,
-                RcWriteOnlyImm, RcSendLastInv, RcSendOnlyInv, UcSendLast, UcSendLastImm,
-                UcSendOnly, UcSendOnlyImm, UcWriteLastImm, UcWriteOnlyImm, UdSendOnly,
+                RcSendLast,
+                RcSendLastImm,
+                RcSendOnly,
+                RcSendOnlyImm,
+                RcWriteLastImm,
+                RcWriteOnlyImm,
+                RcSendLastInv,
+                RcSendOnlyInv,
+                UcSendLast,
+                UcSendLastImm,
+                UcSendOnly,
+                UcSendOnlyImm,
+                UcWriteLastImm,
+                UcWriteOnlyImm,
+                UdSendOnly,
                 UdSendOnlyImm
             ]
         );
@@ -570,10 +618,21 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(Opcode::RcReadResponseFirst.to_string(), "RC RDMA READ response First");
+        assert_eq!(
+            Opcode::RcReadResponseFirst.to_string(),
+            "RC RDMA READ response First"
+        );
         assert_eq!(Opcode::UdSendOnly.name(), "UD SEND only");
-        assert_eq!(Opcode::RcAtomicAcknowledge.info().offset(ExtHeader::AtomicAckEth), Some(16));
-        assert_eq!(Opcode::RcWriteOnlyImm.info().offset(ExtHeader::ImmDt), Some(28));
+        assert_eq!(
+            Opcode::RcAtomicAcknowledge
+                .info()
+                .offset(ExtHeader::AtomicAckEth),
+            Some(16)
+        );
+        assert_eq!(
+            Opcode::RcWriteOnlyImm.info().offset(ExtHeader::ImmDt),
+            Some(28)
+        );
         assert_eq!(Opcode::Cnp.info().header_len(), 28);
     }
 }

@@ -45,6 +45,7 @@ impl<T: AsRef<[u8]>> RethPacket<T> {
         b.copy_from_slice(&self.buffer.as_ref()[field::RKEY]);
         Rkey(u32::from_be_bytes(b))
     }
+    #[allow(clippy::len_without_is_empty)] // a header field, not a container
     pub fn len(&self) -> u32 {
         let mut b = [0u8; 4];
         b.copy_from_slice(&self.buffer.as_ref()[field::LEN]);
@@ -76,7 +77,11 @@ pub struct RethRepr {
 impl RethRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &RethPacket<T>) -> Result<RethRepr> {
         p.check_len()?;
-        Ok(RethRepr { va: p.va(), rkey: p.rkey(), len: p.len() })
+        Ok(RethRepr {
+            va: p.va(),
+            rkey: p.rkey(),
+            len: p.len(),
+        })
     }
     pub const fn buffer_len(&self) -> usize {
         HEADER_LEN
@@ -95,9 +100,18 @@ mod tests {
 
     #[test]
     fn parse_emit() {
-        let bytes = [0, 0, 0x55, 0x5d, 0x41, 0x3c, 0x80, 0x00, 0x00, 0x00, 0x12, 0x34, 0, 1, 0, 0];
+        let bytes = [
+            0, 0, 0x55, 0x5d, 0x41, 0x3c, 0x80, 0x00, 0x00, 0x00, 0x12, 0x34, 0, 1, 0, 0,
+        ];
         let r = RethRepr::parse(&RethPacket::new_checked(&bytes[..]).unwrap()).unwrap();
-        assert_eq!(r, RethRepr { va: 0x555d_413c_8000, rkey: Rkey(0x1234), len: 65536 });
+        assert_eq!(
+            r,
+            RethRepr {
+                va: 0x555d_413c_8000,
+                rkey: Rkey(0x1234),
+                len: 65536
+            }
+        );
         let mut out = [0u8; 16];
         r.emit(&mut RethPacket::new_unchecked(&mut out[..]));
         assert_eq!(out, bytes);

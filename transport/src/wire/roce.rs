@@ -31,7 +31,13 @@ impl IpRepr {
     /// The IP header RoCEv2 uses between two GIDs: IPv4 (DF set, identification 0) when both
     /// are IPv4-mapped, IPv6 when neither is. `traffic_class` is the IPv6 traffic class or the
     /// IPv4 TOS byte (DSCP << 2 | ECN). Mixing the two kinds is an error.
-    pub fn from_gids(src: Gid, dst: Gid, traffic_class: u8, hop_limit: u8, flow_label: u32) -> Result<IpRepr> {
+    pub fn from_gids(
+        src: Gid,
+        dst: Gid,
+        traffic_class: u8,
+        hop_limit: u8,
+        flow_label: u32,
+    ) -> Result<IpRepr> {
         match (src.to_ipv4(), dst.to_ipv4()) {
             (Some(s), Some(d)) => Ok(IpRepr::Ipv4(Ipv4Repr {
                 src_addr: s,
@@ -219,7 +225,7 @@ impl RoceRepr {
         let info = bth.opcode.info();
         let hdr_end = tp + info.header_len();
         let icrc_at = ip_end.checked_sub(ICRC_LEN).ok_or(Error)?;
-        if icrc_at < hdr_end || (ip_end - tp) % 4 != 0 {
+        if icrc_at < hdr_end || (ip_end - tp) & 3 != 0 {
             return Err(Error);
         }
         let pad = bth.pad_count as usize;
@@ -245,7 +251,9 @@ impl RoceRepr {
             r.atomic = Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(b)?)?);
         }
         if let Some(b) = ext(ExtHeader::AtomicAckEth) {
-            r.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(b)?)?);
+            r.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(
+                b,
+            )?)?);
         }
         if let Some(b) = ext(ExtHeader::ImmDt) {
             r.immdt = Some(immdt::parse(b)?);
@@ -275,7 +283,10 @@ impl RoceRepr {
 
     /// Length of all headers: Ethernet, IP, UDP, BTH and extension headers.
     pub fn header_len(&self) -> usize {
-        eth::HEADER_LEN + self.ip.header_len() + udp::HEADER_LEN + self.bth.opcode.info().header_len()
+        eth::HEADER_LEN
+            + self.ip.header_len()
+            + udp::HEADER_LEN
+            + self.bth.opcode.info().header_len()
     }
 
     /// Length of the whole frame for `payload_len` bytes of payload: headers, payload, pad and
@@ -295,14 +306,23 @@ impl RoceRepr {
     pub fn emit_headers(&self, payload_len: usize, buf: &mut [u8]) -> usize {
         let info = self.bth.opcode.info();
         let frame_len = self.frame_len(payload_len);
-        assert!(buf.len() >= frame_len, "RoceRepr::emit_headers: buffer too short");
+        assert!(
+            buf.len() >= frame_len,
+            "RoceRepr::emit_headers: buffer too short"
+        );
         let l3 = eth::HEADER_LEN;
         let l4 = l3 + self.ip.header_len();
         let tp = l4 + udp::HEADER_LEN;
         let udp_payload = frame_len - tp;
-        assert!(frame_len - l3 <= u16::MAX as usize, "RoceRepr::emit_headers: frame too long");
+        assert!(
+            frame_len - l3 <= u16::MAX as usize,
+            "RoceRepr::emit_headers: frame too long"
+        );
 
-        let eth = EthernetRepr { ethertype: self.ip.ethertype(), ..self.eth };
+        let eth = EthernetRepr {
+            ethertype: self.ip.ethertype(),
+            ..self.eth
+        };
         eth.emit(&mut EthernetFrame::new_unchecked(&mut buf[..l3]));
         match self.ip {
             IpRepr::Ipv4(r) => Ipv4Repr {
@@ -318,14 +338,19 @@ impl RoceRepr {
             }
             .emit(&mut Ipv6Packet::new_unchecked(&mut buf[l3..l4])),
         }
-        self.udp.emit(&mut UdpPacket::new_unchecked(&mut buf[l4..tp]), udp_payload);
-        let bth = BthRepr { pad_count: pad_len(payload_len) as u8, ..self.bth };
+        self.udp
+            .emit(&mut UdpPacket::new_unchecked(&mut buf[l4..tp]), udp_payload);
+        let bth = BthRepr {
+            pad_count: pad_len(payload_len) as u8,
+            ..self.bth
+        };
         bth.emit(&mut BthPacket::new_unchecked(&mut buf[tp..]));
 
         let hdr_end = tp + info.header_len();
         buf[tp + super::bth::HEADER_LEN..hdr_end].fill(0);
         fn slot(buf: &mut [u8], tp: usize, info: OpInfo, h: ExtHeader) -> Option<&mut [u8]> {
-            info.offset(h).map(move |o| &mut buf[tp + o..tp + o + h.len()])
+            info.offset(h)
+                .map(move |o| &mut buf[tp + o..tp + o + h.len()])
         }
         if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::Reth), self.reth) {
             r.emit(&mut RethPacket::new_unchecked(b));
@@ -339,7 +364,10 @@ impl RoceRepr {
         if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::AtomicEth), self.atomic) {
             r.emit(&mut AtomicEthPacket::new_unchecked(b));
         }
-        if let (Some(b), Some(r)) = (slot(buf, tp, info, ExtHeader::AtomicAckEth), self.atomic_ack) {
+        if let (Some(b), Some(r)) = (
+            slot(buf, tp, info, ExtHeader::AtomicAckEth),
+            self.atomic_ack,
+        ) {
             r.emit(&mut AtomicAckEthPacket::new_unchecked(b));
         }
         if let (Some(b), Some(v)) = (slot(buf, tp, info, ExtHeader::ImmDt), self.immdt) {
@@ -391,14 +419,18 @@ mod tests {
     use std::net::Ipv4Addr;
 
     fn hex(s: &str) -> Vec<u8> {
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     // A1_rc_pingpong_64.pcap frames 1 (SEND Only, 64 bytes of 0x7b) and 2 (ACK).
     const A1_F1: &str = "52540077001052540077001108004500006c504940004011ced1c0a84d0bc0a84d0ac29912b7005800000400ffff0000\
 001380735b2c7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b\
 7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7b7bd69045a8";
-    const A1_F2: &str = "525400770011525400770010080045000030d204400040114d52c0a84d0ac0a84d0bc29912b7\
+    const A1_F2: &str =
+        "525400770011525400770010080045000030d204400040114d52c0a84d0ac0a84d0bc29912b7\
 001c00001100ffff0000002300735b2c1f000001974c20b8";
 
     fn bth(opcode: Opcode, dest_qp: u32, psn: u32) -> BthRepr {
@@ -442,7 +474,13 @@ mod tests {
         let f = hex(A1_F2);
         let (r, pl) = RoceRepr::parse(&f).unwrap();
         assert_eq!(r.bth.opcode, Opcode::RcAcknowledge);
-        assert_eq!(r.aeth, Some(AethRepr { syndrome: AethSyndrome::Ack { credits: 31 }, msn: Msn::new(1) }));
+        assert_eq!(
+            r.aeth,
+            Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 31 },
+                msn: Msn::new(1)
+            })
+        );
         assert!(pl.is_empty());
         let mut out = vec![0u8; f.len()];
         assert_eq!(r.emit(&[], &mut out), f.len());
@@ -473,10 +511,16 @@ mod tests {
                 ethertype: EtherType::Ipv4,
             },
             ip,
-            UdpRepr { src_port: 0xc001, dst_port: ROCE_V2_PORT },
+            UdpRepr {
+                src_port: 0xc001,
+                dst_port: ROCE_V2_PORT,
+            },
             bth(Opcode::UdSendOnlyImm, 0x11, 7),
         );
-        r.deth = Some(DethRepr { qkey: QKey(0x11111111), src_qp: Qpn::new(0x22) });
+        r.deth = Some(DethRepr {
+            qkey: QKey(0x11111111),
+            src_qp: Qpn::new(0x22),
+        });
         r.immdt = Some(0x1234_5678);
         r
     }

@@ -58,6 +58,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         self.be16(field::DST_PORT)
     }
     /// Length of header plus payload.
+    #[allow(clippy::len_without_is_empty)] // a header field, not a container
     pub fn len(&self) -> u16 {
         self.be16(field::LENGTH)
     }
@@ -101,7 +102,10 @@ impl UdpRepr {
     /// Parses the header; the checksum is not verified (see the type's doc).
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<UdpRepr> {
         p.check_len()?;
-        Ok(UdpRepr { src_port: p.src_port(), dst_port: p.dst_port() })
+        Ok(UdpRepr {
+            src_port: p.src_port(),
+            dst_port: p.dst_port(),
+        })
     }
     pub const fn header_len(&self) -> usize {
         HEADER_LEN
@@ -132,7 +136,13 @@ mod tests {
         buf[..8].copy_from_slice(&BYTES);
         let p = UdpPacket::new_checked(&buf[..]).unwrap();
         let r = UdpRepr::parse(&p).unwrap();
-        assert_eq!(r, UdpRepr { src_port: 49817, dst_port: ROCE_V2_PORT });
+        assert_eq!(
+            r,
+            UdpRepr {
+                src_port: 49817,
+                dst_port: ROCE_V2_PORT
+            }
+        );
         assert_eq!(p.payload().len(), 0x50);
         let mut out = [0u8; 8];
         r.emit(&mut UdpPacket::new_unchecked(&mut out[..]), 0x50);
