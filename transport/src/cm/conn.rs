@@ -14,6 +14,10 @@
 //! * [`Connection::poll_event`] for `Established` (move the QP to RTR/RTS with
 //!   [`ConnParams`]), `Disconnected` (move it to error), `Rejected`, `TimedOut`.
 //!
+//! Order matters for the QP: the active side applies `Established` (RTR, RTS) before it sends
+//! the RTU queued by the same `handle_mad` call; the passive side programs its QP from
+//! [`Connection::params`] right after [`Connection::accept`], before the REP goes out.
+//!
 //! PSN direction follows Linux `cm.c` (checked on rxe's wire, see `tests/cm_golden.rs`): the
 //! REQ's starting PSN is the one the passive side sends with, the REP's the one the active
 //! side sends with.
@@ -209,6 +213,7 @@ impl Connection {
             outbox: VecDeque::new(),
             events: VecDeque::new(),
         };
+        c.params = c.compute_params();
         let wait = c.wait(c.req.local_cm_response_timeout);
         c.send_with_retry(now, CmMessage::Rep(rep), wait);
         c
@@ -230,7 +235,9 @@ impl Connection {
     pub const fn transaction_id(&self) -> u64 {
         self.transaction_id
     }
-    /// The negotiated parameters once established.
+    /// The negotiated parameters: on the passive side from [`Self::accept`] on (program the
+    /// QP to RTR and RTS with them before the REP leaves, as Linux `cma_accept_ib` does), on
+    /// the active side from the REP on.
     pub const fn params(&self) -> Option<&ConnParams> {
         self.params.as_ref()
     }
@@ -433,9 +440,20 @@ impl Connection {
     }
 
     fn establish(&mut self) {
-        let Some(rep) = self.rep.clone() else { return };
+        let Some(p) = self.compute_params() else {
+            return;
+        };
+        self.params = Some(p);
+        self.state = CmState::Established;
+        self.resend = None;
+        self.deadline = None;
+        self.events.push_back(CmEvent::Established(p));
+    }
+
+    fn compute_params(&self) -> Option<ConnParams> {
+        let rep = self.rep.as_ref()?;
         let req = &self.req;
-        let p = match self.role {
+        Some(match self.role {
             Role::Active => ConnParams {
                 remote_qpn: rep.local_qpn,
                 sq_psn: rep.starting_psn,
@@ -470,12 +488,7 @@ impl Connection {
                 remote_ca_guid: req.local_ca_guid,
                 remote_comm_id: req.local_comm_id,
             },
-        };
-        self.params = Some(p);
-        self.state = CmState::Established;
-        self.resend = None;
-        self.deadline = None;
-        self.events.push_back(CmEvent::Established(p));
+        })
     }
 
     fn answer_drep(&mut self) {

@@ -113,6 +113,8 @@ fn three_way_handshake_and_disconnect() {
     let (mut a, mut p) = pair();
     assert_eq!(a.state(), CmState::ReqSent);
     assert_eq!(p.state(), CmState::RepSent);
+    assert_eq!(a.params(), None, "the active side learns them from the REP");
+    let early = *p.params().expect("the passive side knows them before sending the REP");
     assert_eq!(deliver(T0, &mut p, &mut a), 1, "REP");
     assert_eq!(deliver(T0, &mut a, &mut p), 1, "RTU");
     assert_eq!(
@@ -125,6 +127,8 @@ fn three_way_handshake_and_disconnect() {
     let [CmEvent::Established(pp)] = events(&mut p)[..] else {
         panic!()
     };
+    assert_eq!(pp, early);
+    assert_eq!(a.params(), Some(&pa));
     // Each side sends with the PSN the other expects (Linux cm.c direction).
     assert_eq!(
         (pa.remote_qpn, pp.remote_qpn),

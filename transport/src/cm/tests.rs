@@ -474,11 +474,19 @@ fn rdma_cm_req_builder() {
     };
     let r = c.to_req().unwrap();
     assert_eq!(r.service_id, 0x0106_4853);
-    assert_eq!((r.retry_count, r.rnr_retry_count), (7, 7), "3-bit fields capped");
+    assert_eq!(
+        (r.retry_count, r.rnr_retry_count),
+        (7, 7),
+        "3-bit fields capped"
+    );
     assert_eq!(r.primary_path.flow_label, (5000 * 31 + 18515) & 0xfffff);
     let h = rdma_cm::CmaHeaderRepr::parse(&r.private_data).unwrap();
     assert_eq!((h.src_port, h.addrs.dst()), (5000, c.dst.ip()));
-    assert_eq!(&r.private_data[36..], &[0xab; 56][..], "user data cut at 56 bytes");
+    assert_eq!(
+        &r.private_data[36..],
+        &[0xab; 56][..],
+        "user data cut at 56 bytes"
+    );
     c.dst = SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], 1));
     assert_eq!(c.to_req(), None, "mixed address families");
 }
