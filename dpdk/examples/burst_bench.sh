@@ -16,8 +16,9 @@ trap cleanup EXIT
 EAL="--no-huge -m 1024 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error"
 TP_APP="--stats-period 1 --txpkts=$SIZE --burst=32 --total-num-mbufs=16384 --auto-start"
 
-# testpmd prints Tx-pps/Rx-pps each second; take the median of the last SECS-1 samples.
-tp_pps() { grep -E "$1-pps:" "$2" | awk '{print $2}' | tail -n +2 | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]/1e6; else print 0}'; }
+# testpmd prints Tx-pps/Rx-pps each second; take the median of the non-zero samples after the
+# first (ramp-up) one.
+tp_pps() { grep -E "$1-pps:" "$2" | awk '$2 > 0 {print $2}' | tail -n +2 | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]/1e6; else print 0}'; }
 
 case $WHAT in
 null)

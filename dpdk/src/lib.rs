@@ -45,8 +45,15 @@
 //! * A port holds mbufs from the pool given to `configure` in its RX ring: stop/close the port
 //!   before dropping that pool.
 //!
+//! * DPDK's threading rule applies and is not enforced by the types: one queue of a port is
+//!   polled (`rx_burst*` / `tx_burst*`) by one thread at a time. `Port` handles are cheap
+//!   clones; give each lcore its own (port, queue) pairs. Reconfigure a port with fewer queues
+//!   only when no clone made earlier still polls the dropped queues.
+//! * `Mbuf`s and batches must not outlive the `Eal` (their drop returns them to DPDK memory).
+//!
 //! # PMD notes
-//! * net_ring (`--vdev=net_ring0`): each queue's TX ring is its RX ring (loopback), 1023 frames.
+//! * net_ring (`--vdev=net_ring0`): each queue's TX ring is its RX ring (loopback), 1023 frames;
+//!   it counts packets but not bytes (`ibytes`/`obytes` stay 0 in 22.11).
 //! * net_memif works under `--no-shconf` (it only logs that its multi-process action cannot be
 //!   registered); net_tap needs the shared config (drop `--no-shconf`, keep a unique
 //!   `--file-prefix`). `Eal`'s drop removes EAL's runtime dir either way.
