@@ -114,7 +114,9 @@ fn three_way_handshake_and_disconnect() {
     assert_eq!(a.state(), CmState::ReqSent);
     assert_eq!(p.state(), CmState::RepSent);
     assert_eq!(a.params(), None, "the active side learns them from the REP");
-    let early = *p.params().expect("the passive side knows them before sending the REP");
+    let early = *p
+        .params()
+        .expect("the passive side knows them before sending the REP");
     assert_eq!(deliver(T0, &mut p, &mut a), 1, "REP");
     assert_eq!(deliver(T0, &mut a, &mut p), 1, "RTU");
     assert_eq!(
@@ -446,4 +448,47 @@ fn timeout_encoding() {
     assert_eq!(timeout_exp(0), Duration::from_nanos(4096));
     assert_eq!(timeout_exp(20), Duration::from_nanos(4096 << 20));
     assert_eq!(timeout_exp(200), timeout_exp(31));
+}
+
+#[test]
+fn random_mads_never_panic_and_keep_state_sane() {
+    // Deterministic xorshift; MADs come from parsing random bytes with a CM header, so every
+    // message kind shows up with random IDs, plus some aimed at the connection's IDs.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for round in 0..200 {
+        let (mut a, mut p) = pair();
+        let mut now = T0;
+        for _ in 0..50 {
+            let mut b = [0u8; crate::cm::MAD_SIZE];
+            for chunk in b.chunks_mut(8) {
+                chunk.copy_from_slice(&rnd().to_be_bytes()[..chunk.len()]);
+            }
+            b[..4].copy_from_slice(&[1, 7, 2, 3]);
+            b[16..18].copy_from_slice(&[0, 0x10 + (rnd() % 11) as u8]);
+            if rnd() % 2 == 0 {
+                // Address it to one of the two ends: remote comm ID at CM byte 4.
+                let id: u32 = if rnd() % 2 == 0 { 0x1111 } else { 0x2222 };
+                b[28..32].copy_from_slice(&id.to_be_bytes());
+            }
+            let Ok(m) = CmMad::parse(&b) else { continue };
+            now = now + Duration::from_millis(rnd() % 3000);
+            let target = if round % 2 == 0 { &mut a } else { &mut p };
+            let _ = target.handle_mad(now, &m);
+            target.handle_timeout(now);
+            drain(target);
+            events(target);
+            if target.state() == CmState::Established {
+                assert!(target.params().is_some());
+            }
+            if target.state() == CmState::Closed {
+                assert_eq!(target.poll_timeout(), None);
+            }
+        }
+    }
 }
