@@ -110,7 +110,7 @@ pub use dpdk_sys::consts as offload;
 pub use eal::{is_running, rte_errno, Eal};
 pub use error::{strerror, Error, Result};
 pub use lcore::{current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, worker_lcores, LaunchHandle, LcoreId};
-pub use mbuf::{CksumStatus, Mbuf, MbufBatch, DEFAULT_BURST};
+pub use mbuf::{CksumStatus, Drain, Mbuf, MbufBatch, DEFAULT_BURST};
 pub use mempool::{Mempool, MempoolConfig, SOCKET_ANY};
 pub use port::{
     port_by_name, port_count, port_ids, port_name, ConfiguredPort, LinkStatus, MacAddr, Port, PortConfig, PortId, PortInfo,

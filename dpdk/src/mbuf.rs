@@ -411,12 +411,13 @@ impl<const N: usize> MbufBatch<N> {
         Some(unsafe { Mbuf::from_raw(self.pkts[self.len]) })
     }
 
-    /// Moves all mbufs out, in order, leaving the batch empty.
-    pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
+    /// Moves all mbufs out, in order, leaving the batch empty. Mbufs the iterator does not
+    /// yield (it is dropped early) are freed.
+    pub fn drain(&mut self) -> Drain<'_> {
         let n = self.len;
+        // Ownership moves to the Drain first, so nothing is freed twice even if it leaks.
         self.len = 0;
-        // SAFETY: the first n slots held owned valid mbufs; len is 0 now so each is moved once.
-        self.pkts[..n].iter().map(|&p| unsafe { Mbuf::from_raw(p) })
+        Drain { pkts: &self.pkts[..n], next: 0 }
     }
 
     /// Keeps the mbufs for which `keep` is true (order kept), frees the others in one bulk call.
@@ -424,7 +425,10 @@ impl<const N: usize> MbufBatch<N> {
     pub fn retain(&mut self, mut keep: impl FnMut(&mut Mbuf) -> bool) -> usize {
         let mut drop_list: [*mut sys::rte_mbuf; N] = [std::ptr::null_mut(); N];
         let (mut kept, mut dropped) = (0usize, 0usize);
-        for i in 0..self.len {
+        let n = self.len;
+        // If `keep` panics the batch is empty and the mbufs leak: never freed twice.
+        self.len = 0;
+        for i in 0..n {
             let p = self.pkts[i];
             // SAFETY: repr(transparent) view of an owned valid mbuf for the closure's duration.
             let keep_it = keep(unsafe { &mut *(&mut self.pkts[i] as *mut *mut sys::rte_mbuf as *mut Mbuf) });
@@ -496,6 +500,52 @@ impl<const N: usize> MbufBatch<N> {
             self.pkts.copy_within(n..self.len, 0);
             self.len -= n;
         }
+    }
+}
+
+/// Iterator returned by [`MbufBatch::drain`]; owns the mbufs it has not yielded yet and
+/// frees them when dropped.
+pub struct Drain<'a> {
+    pkts: &'a [*mut sys::rte_mbuf],
+    next: usize,
+}
+
+impl std::fmt::Debug for Drain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Drain").field("remaining", &(self.pkts.len() - self.next)).finish()
+    }
+}
+
+impl Iterator for Drain<'_> {
+    type Item = Mbuf;
+
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf> {
+        let p = *self.pkts.get(self.next)?;
+        self.next += 1;
+        // SAFETY: each slot is yielded once; the Drain owns the mbufs it has not yielded.
+        Some(unsafe { Mbuf::from_raw(p) })
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let r = self.pkts.len() - self.next;
+        (r, Some(r))
+    }
+}
+
+impl ExactSizeIterator for Drain<'_> {}
+
+impl Drop for Drain<'_> {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        let rest = &self.pkts[self.next..];
+        if !rest.is_empty() {
+            // SAFETY: the slots not yet yielded are owned valid mbufs; free_bulk only reads the
+            // array of pointers (the cast to *mut is for its C signature).
+            unsafe { sys::rte_pktmbuf_free_bulk(rest.as_ptr() as *mut *mut sys::rte_mbuf, rest.len() as u32) };
+        }
+        self.next = self.pkts.len();
     }
 }
 

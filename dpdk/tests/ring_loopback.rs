@@ -192,6 +192,15 @@ fn ring_loopback_end_to_end() {
     drop(b);
     assert_eq!(pool.in_use_count(), baseline);
 
+    // a drain dropped half-way frees what it did not yield
+    let mut b: MbufBatch<8> = MbufBatch::new();
+    b.alloc_bulk(&pool, 8).unwrap();
+    let first_two: Vec<Mbuf> = b.drain().take(2).collect();
+    assert!(b.is_empty());
+    assert_eq!(pool.in_use_count(), baseline + 2);
+    drop(first_two);
+    assert_eq!(pool.in_use_count(), baseline);
+
     // exhausting the pool is an error, not a crash
     let mut hold = Vec::new();
     loop {
