@@ -110,6 +110,7 @@ pub mod apr;
 pub mod conn;
 pub mod drep;
 pub mod dreq;
+pub mod endpoint;
 pub mod lap;
 pub mod mra;
 pub mod path;
@@ -121,6 +122,7 @@ pub mod rtu;
 pub mod sidr;
 
 pub use conn::{CmConfig, CmEvent, CmState, ConnParams, Connection, Role};
+pub use endpoint::{CmEndpoint, ConnHandle, EndpointEvent, Incoming};
 pub use mad::{AttributeId, MadHeaderRepr, Method};
 pub use path::PathRepr;
 
