@@ -174,3 +174,30 @@ where
     }
     Ok(LaunchHandle { lcore, slot })
 }
+
+/// Registers the calling non-EAL thread with EAL (`rte_thread_register`) so that it gets an
+/// lcore id and, with it, per-lcore mempool caches (mbuf alloc/free from an unregistered thread
+/// go straight to the shared ring, which is much slower). Returns the lcore id given; a thread
+/// that already has one gets it back unchanged. Call [`unregister_thread`] before the thread ends.
+#[allow(unsafe_code)]
+pub fn register_thread() -> Result<LcoreId> {
+    crate::eal::ensure_running()?;
+    if let Some(l) = current_lcore() {
+        return Ok(l);
+    }
+    // SAFETY: EAL is running; registers only the calling thread.
+    if unsafe { sys::rte_thread_register() } != 0 {
+        return Err(Error::Dpdk { op: "rte_thread_register", errno: crate::eal::rte_errno() });
+    }
+    current_lcore().ok_or(Error::Lcore { lcore: u32::MAX, reason: "rte_thread_register gave no lcore id".into() })
+}
+
+/// Releases the lcore id the calling thread got from [`register_thread`]. Call it only on
+/// threads you registered, never on an EAL lcore's own thread.
+#[allow(unsafe_code)]
+pub fn unregister_thread() {
+    if crate::eal::is_running() {
+        // SAFETY: unregisters only the calling thread.
+        unsafe { sys::rte_thread_unregister() }
+    }
+}

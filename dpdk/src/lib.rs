@@ -34,6 +34,8 @@
 //!   .rx_offloads(bits).tx_offloads(bits).rss(bool).fast_free(bool).promiscuous(bool).socket(s)
 //! lcores(), worker_lcores(), main_lcore(), lcore_count(), current_lcore(),
 //!   launch(LcoreId, closure -> i32) -> LaunchHandle; handle.wait() -> Result<i32> (panic caught)
+//!   register_thread() -> Result<LcoreId> / unregister_thread(): a std::thread polling ports gets
+//!   an lcore id and mempool caches (rte_thread_register)
 //! rdtsc(), tsc_hz(), Tsc::new() (cycles_to_ns, ns_to_cycles, now, elapsed_ns), TscInstant
 //! Error (Display has rte_strerror text), strerror(errno), Result<T>
 //! offload bit constants: dpdk_sys::consts::*, re-exported as `offload`
@@ -50,6 +52,14 @@
 //!   clones; give each lcore its own (port, queue) pairs. Reconfigure a port with fewer queues
 //!   only when no clone made earlier still polls the dropped queues.
 //! * `Mbuf`s and batches must not outlive the `Eal` (their drop returns them to DPDK memory).
+//!
+//! # Fast path notes
+//! * Poll from EAL lcores (`launch`) or from threads passed through `register_thread()`: an
+//!   unregistered thread has no per-lcore mempool cache, so every alloc/free hits the shared ring.
+//! * txonly like dpdk-testpmd: `alloc_bulk`, `set_len(size)`, write only the headers (testpmd
+//!   writes 42 B of Ethernet/IPv4/UDP); the payload is whatever the buffer held. Copying a full
+//!   1500 B template per packet costs a memcpy testpmd does not do.
+//! * Size `MempoolConfig::cache_size` (default 256) and give each lcore its own queues.
 //!
 //! # PMD notes
 //! * net_ring (`--vdev=net_ring0`): each queue's TX ring is its RX ring (loopback), 1023 frames;
@@ -109,7 +119,10 @@ pub use dpdk_sys::consts as offload;
 
 pub use eal::{is_running, rte_errno, Eal};
 pub use error::{strerror, Error, Result};
-pub use lcore::{current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, worker_lcores, LaunchHandle, LcoreId};
+pub use lcore::{
+    current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, register_thread, unregister_thread, worker_lcores,
+    LaunchHandle, LcoreId,
+};
 pub use mbuf::{CksumStatus, Drain, Mbuf, MbufBatch, DEFAULT_BURST};
 pub use mempool::{Mempool, MempoolConfig, SOCKET_ANY};
 pub use port::{

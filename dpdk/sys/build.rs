@@ -73,6 +73,7 @@ fn main() {
         .allowlist_function("rte_mbuf_.*")
         .allowlist_function("rte_lcore_.*")
         .allowlist_function("rte_get_next_lcore")
+        .allowlist_function("rte_thread_(un)?register")
         .allowlist_function("rte_get_main_lcore")
         .allowlist_function("rte_socket_.*")
         .allowlist_function("rte_strerror")

@@ -239,6 +239,21 @@ fn ring_loopback_end_to_end() {
     assert!(matches!(launch(main, || 0), Err(Error::Lcore { .. })));
     assert!(matches!(launch(LcoreId(100), || 0), Err(Error::Lcore { .. })));
 
+    // a plain std::thread gets an lcore id (and mempool caches) once registered
+    let main_id = main.0;
+    let t = std::thread::spawn(move || {
+        let before = current_lcore();
+        let l = register_thread().unwrap();
+        let again = register_thread().unwrap();
+        unregister_thread();
+        (before, l, again, current_lcore())
+    });
+    let (before, l, again, after) = t.join().unwrap();
+    assert_eq!(before, None);
+    assert_ne!(l.0, main_id);
+    assert_eq!(again, l, "registering twice keeps the id");
+    assert_eq!(after, None);
+
     // TSC
     assert!(tsc_hz() > 0);
     let t = Tsc::new();
