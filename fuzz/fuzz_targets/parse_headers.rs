@@ -1,0 +1,97 @@
+//! Every header view and record parser, and `RoceRepr::parse`, on arbitrary bytes: no panic,
+//! and after `new_checked` succeeds no getter may panic.
+#![no_main]
+
+use droce_transport::wire::*;
+use libfuzzer_sys::fuzz_target;
+
+fn views(data: &[u8]) {
+    if let Ok(p) = EthernetFrame::new_checked(data) {
+        let _ = (p.src_addr(), p.dst_addr(), p.ethertype(), p.payload().len());
+        let _ = EthernetRepr::parse(&p);
+    }
+    if let Ok(p) = ArpPacket::new_checked(data) {
+        let _ = (
+            p.operation(),
+            p.source_hardware_addr(),
+            p.target_protocol_addr(),
+        );
+        let _ = ArpRepr::parse(&p);
+    }
+    if let Ok(p) = Ipv4Packet::new_checked(data) {
+        let _ = (
+            p.version(),
+            p.dscp(),
+            p.ecn(),
+            p.ident(),
+            p.dont_frag(),
+            p.frag_offset(),
+        );
+        let _ = (
+            p.hop_limit(),
+            p.next_header(),
+            p.src_addr(),
+            p.dst_addr(),
+            p.payload().len(),
+        );
+        let _ = p.verify_checksum();
+        let _ = Ipv4Repr::parse(&p);
+    }
+    if let Ok(p) = Ipv6Packet::new_checked(data) {
+        let _ = (
+            p.traffic_class(),
+            p.flow_label(),
+            p.hop_limit(),
+            p.src_addr(),
+            p.payload().len(),
+        );
+        let _ = Ipv6Repr::parse(&p);
+    }
+    if let Ok(p) = UdpPacket::new_checked(data) {
+        let _ = (p.src_port(), p.dst_port(), p.checksum(), p.payload().len());
+        let _ = UdpRepr::parse(&p);
+    }
+    if let Ok(p) = BthPacket::new_checked(data) {
+        let _ = (
+            p.opcode(),
+            p.pad_count(),
+            p.pkey(),
+            p.dest_qp(),
+            p.psn(),
+            p.resv6(),
+            p.resv7(),
+        );
+        if let Ok(b) = BthRepr::parse(&p) {
+            let i = b.opcode.info();
+            let _ = (i.header_len(), i.offset(ExtHeader::Reth));
+        }
+    }
+    if let Ok(p) = RethPacket::new_checked(data) {
+        let _ = RethRepr::parse(&p);
+    }
+    if let Ok(p) = AethPacket::new_checked(data) {
+        let _ = AethRepr::parse(&p);
+    }
+    if let Ok(p) = DethPacket::new_checked(data) {
+        let _ = DethRepr::parse(&p);
+    }
+    if let Ok(p) = AtomicEthPacket::new_checked(data) {
+        let _ = AtomicEthRepr::parse(&p);
+    }
+    if let Ok(p) = AtomicAckEthPacket::new_checked(data) {
+        let _ = AtomicAckEthRepr::parse(&p);
+    }
+    let _ = immdt::parse(data);
+    let _ = ieth::parse(data);
+    let _ = icrc::compute(data);
+    let _ = icrc::verify(data);
+}
+
+fuzz_target!(|data: &[u8]| {
+    views(data);
+    if let Ok((r, pl)) = RoceRepr::parse(data) {
+        assert!(pl.start <= pl.end && pl.end <= data.len());
+        assert!(r.check().is_ok());
+        assert_eq!(r.frame_len(pl.len()) <= data.len(), true);
+    }
+});
