@@ -112,6 +112,12 @@ impl App {
         if ids.is_empty() {
             return Err("no ports found: add a virtual port (--vdev=net_ring0) or a PCI device (-a 0000:01:00.0) before '--'".into());
         }
+        if let Some((p, _)) = opts.eth_peers.iter().find(|(p, _)| usize::from(*p) >= ids.len()) {
+            return Err(format!(
+                "--eth-peer={p},...: port {p} out of range: valid ports are {}",
+                if ids.len() == 1 { "0".to_string() } else { format!("0..{}", ids.len() - 1) }
+            ));
+        }
         let workers = dpdk::worker_lcores();
         if let Some(n) = opts.nb_cores {
             if workers.is_empty() && n > 1 {

@@ -169,7 +169,7 @@ fn unknown(w: &[&str]) -> String {
         .map(|(syn, _)| {
             let head: Vec<&str> = syn.split_whitespace().take_while(|x| x.chars().all(|c| c.is_ascii_lowercase() || c == '_')).collect();
             let n = head.len().min(w.len());
-            (crate::args::edit_distance(&w[..n].join(" "), &head.join(" ")), *syn)
+            (crate::args::edit_distance(&w[..n].join(" "), &head[..n].join(" ")), *syn)
         })
         .min();
     match best {
@@ -239,6 +239,7 @@ mod tests {
         for (line, want) in [
             ("frobnicate", "unknown command 'frobnicate'; type 'help'"),
             ("shwo port stats all", "did you mean 'show port stats all|N'"),
+            ("shwo config", "did you mean 'show config fwd'"),
             ("show port stats", "needs a port"),
             ("show port stats x", "not a port id"),
             ("show port stats all extra", "takes nothing after it"),
