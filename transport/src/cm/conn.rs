@@ -188,7 +188,8 @@ impl Connection {
 
     /// Passive side: accepts the REQ that arrived under `transaction_id` by sending `rep`
     /// (build it with [`RepRepr::accepting`]). Waits for the RTU as long as the REQ's
-    /// `local_cm_response_timeout` says, `req.max_cm_retries` times.
+    /// `local_cm_response_timeout` says (Linux `cm_req_handler`: no packet life time added),
+    /// `req.max_cm_retries` times.
     pub fn accept(
         now: Instant,
         config: CmConfig,
@@ -214,7 +215,7 @@ impl Connection {
             events: VecDeque::new(),
         };
         c.params = c.compute_params();
-        let wait = c.wait(c.req.local_cm_response_timeout);
+        let wait = timeout_exp(c.req.local_cm_response_timeout);
         c.send_with_retry(now, CmMessage::Rep(rep), wait);
         c
     }
@@ -401,7 +402,7 @@ impl Connection {
                 }
                 let wait = match self.state {
                     CmState::ReqSent => self.req_wait(),
-                    CmState::RepSent => self.wait(self.req.local_cm_response_timeout),
+                    CmState::RepSent => timeout_exp(self.req.local_cm_response_timeout),
                     _ => self.wait(self.peer_response_timeout()),
                 };
                 self.deadline = Some(now + wait);
