@@ -8,8 +8,9 @@
 //! Eal::init(&args) -> Result<Eal>          args[0] = program name, like rte_eal_init; Drop = rte_eal_cleanup
 //!   eal.consumed(), eal.app_args()         app args = those after "--"
 //!   is_running()
-//!   errors: Error::EalInit{errno,..} (bad/unknown option), EalAlreadyInitialized (once per process),
-//!           VdevNotCreated{name,..} (--vdev=net_xxx whose driver does not exist / bad devargs)
+//!   errors: Error::EalInit{errno,..} (bad/unknown option: EINVAL; a --vdev/-a naming no driver:
+//!           ENODEV, message lists the device args), EalAlreadyInitialized (once per process),
+//!           VdevNotCreated{name,..} (--vdev=net_xxx whose driver rejected its devargs)
 //! Mempool::create(name, &MempoolConfig{n, cache_size, priv_size, data_room, socket})   Drop frees
 //!   pool.alloc() -> Result<Mbuf>, alloc_from_slice(&[u8]), avail_count(), in_use_count(), size()
 //! Mbuf (owning, Drop = rte_pktmbuf_free): data()/data_mut(), pkt_len()/data_len()/len(),
@@ -46,7 +47,6 @@
 //!   declared in that order). A `Mempool` dropped while mbufs are out is leaked, not freed.
 //! * A port holds mbufs from the pool given to `configure` in its RX ring: stop/close the port
 //!   before dropping that pool.
-//!
 //! * DPDK's threading rule applies and is not enforced by the types: one queue of a port is
 //!   polled (`rx_burst*` / `tx_burst*`) by one thread at a time. `Port` handles are cheap
 //!   clones; give each lcore its own (port, queue) pairs. Reconfigure a port with fewer queues
@@ -74,7 +74,8 @@
 //! DPDK is linked dynamically; EAL loads every PMD from its driver directory
 //! ([`dpdk_sys::PMD_DIR`], Debian: `/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0`) during init,
 //! so `--vdev=net_ring0`, `net_null0`, `net_memif0`, `net_af_packet0,iface=..`, `net_tap0`,
-//! `net_pcap0,...` and PCI NICs (`-a 0000:01:00.0`) all work without `-d`.
+//! `net_pcap0,...` work without `-d` (tested), and the PCI PMDs (`-a 0000:01:00.0`) load from
+//! the same directory (not tested here: no NIC on the build machine).
 //!
 //! # Example
 //! ```no_run
