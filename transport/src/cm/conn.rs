@@ -148,12 +148,14 @@ pub struct Connection {
     req: ReqRepr,
     rep: Option<RepRepr>,
     /// The last REQ/REP/DREQ, resent on timeout.
-    resend: Option<CmMessage>,
+    resend: Option<CmMad>,
+    /// TID of a DREQ this side starts (Linux `cm_form_tid`: the sender's own TID).
+    dreq_tid: u64,
     retries_left: u8,
     deadline: Option<Instant>,
     /// Replayed when a duplicate of the peer's last message shows up (RTU for a REP, DREP for
     /// a DREQ).
-    last_answer: Option<CmMessage>,
+    last_answer: Option<CmMad>,
     params: Option<ConnParams>,
     outbox: VecDeque<CmMad>,
     events: VecDeque<CmEvent>,
@@ -169,6 +171,7 @@ impl Connection {
             state: CmState::ReqSent,
             config,
             transaction_id,
+            dreq_tid: transaction_id,
             local_comm_id: req.local_comm_id,
             remote_comm_id: 0,
             retries_left: req.max_cm_retries,
@@ -182,6 +185,7 @@ impl Connection {
             events: VecDeque::new(),
         };
         let req = CmMessage::Req(c.req.clone());
+        let req = CmMad::new(c.transaction_id, req);
         c.send_with_retry(now, req, c.req_wait());
         c
     }
@@ -202,6 +206,7 @@ impl Connection {
             state: CmState::RepSent,
             config,
             transaction_id,
+            dreq_tid: transaction_id,
             local_comm_id: rep.local_comm_id,
             remote_comm_id: req.local_comm_id,
             retries_left: req.max_cm_retries,
@@ -216,7 +221,8 @@ impl Connection {
         };
         c.params = c.compute_params();
         let wait = timeout_exp(c.req.local_cm_response_timeout);
-        c.send_with_retry(now, CmMessage::Rep(rep), wait);
+        let rep = CmMad::new(c.transaction_id, CmMessage::Rep(rep));
+        c.send_with_retry(now, rep, wait);
         c
     }
 
@@ -235,6 +241,13 @@ impl Connection {
     }
     pub const fn transaction_id(&self) -> u64 {
         self.transaction_id
+    }
+
+    /// The TID a DREQ from this side will carry. Linux forms it from the sender's own ID, so
+    /// on the active side it equals the REQ's TID; a passive side should set its own (the
+    /// default is the REQ's TID, which Linux accepts too: DREQs are matched by comm ID).
+    pub fn set_dreq_transaction_id(&mut self, tid: u64) {
+        self.dreq_tid = tid;
     }
     /// The negotiated parameters: on the passive side from [`Self::accept`] on (program the
     /// QP to RTR and RTS with them before the REP leaves, as Linux `cma_accept_ib` does), on
@@ -277,7 +290,7 @@ impl Connection {
                     remote_comm_id: self.remote_comm_id,
                     private_data: [0; rtu::PRIVATE_DATA_LEN],
                 });
-                self.answer(rtu);
+                self.answer(CmMad::new(self.transaction_id, rtu));
                 self.establish();
                 Ok(())
             }
@@ -299,7 +312,7 @@ impl Connection {
             (CmMessage::Req(_), CmState::RepSent) => {
                 // Duplicate REQ: the REP may have been lost; answer at once.
                 if let Some(rep) = self.resend.clone() {
-                    self.push(rep);
+                    self.outbox.push_back(rep);
                 }
                 Ok(())
             }
@@ -316,7 +329,7 @@ impl Connection {
                 Ok(())
             }
             (CmMessage::Dreq(_), CmState::Established | CmState::DreqSent) => {
-                self.answer_drep();
+                self.answer_drep(mad.header.transaction_id);
                 self.enter_time_wait(now);
                 self.events.push_back(CmEvent::Disconnected);
                 Ok(())
@@ -325,7 +338,7 @@ impl Connection {
             // treat it as established then disconnected.
             (CmMessage::Dreq(_), CmState::RepSent) => {
                 self.establish();
-                self.answer_drep();
+                self.answer_drep(mad.header.transaction_id);
                 self.enter_time_wait(now);
                 self.events.push_back(CmEvent::Disconnected);
                 Ok(())
@@ -368,6 +381,7 @@ impl Connection {
         self.state = CmState::DreqSent;
         self.retries_left = self.req.max_cm_retries;
         let wait = self.wait(self.peer_response_timeout());
+        let dreq = CmMad::new(self.dreq_tid, dreq);
         self.send_with_retry(now, dreq, wait);
         true
     }
@@ -398,7 +412,7 @@ impl Connection {
             CmState::ReqSent | CmState::RepSent | CmState::DreqSent if self.retries_left > 0 => {
                 self.retries_left -= 1;
                 if let Some(m) = self.resend.clone() {
-                    self.push(m);
+                    self.outbox.push_back(m);
                 }
                 let wait = match self.state {
                     CmState::ReqSent => self.req_wait(),
@@ -492,13 +506,14 @@ impl Connection {
         })
     }
 
-    fn answer_drep(&mut self) {
+    /// A DREP carries the TID of the DREQ it answers (Linux `cm_dreq_handler`).
+    fn answer_drep(&mut self, dreq_tid: u64) {
         let drep = CmMessage::Drep(drep::DrepRepr {
             local_comm_id: self.local_comm_id,
             remote_comm_id: self.remote_comm_id,
             private_data: [0; drep::PRIVATE_DATA_LEN],
         });
-        self.answer(drep);
+        self.answer(CmMad::new(dreq_tid, drep));
     }
 
     fn enter_time_wait(&mut self, now: Instant) {
@@ -518,21 +533,21 @@ impl Connection {
         self.deadline = Some(now + self.wait(service_timeout));
     }
 
-    fn answer(&mut self, m: CmMessage) {
+    fn answer(&mut self, m: CmMad) {
         self.last_answer = Some(m.clone());
-        self.push(m);
+        self.outbox.push_back(m);
     }
 
     fn replay_answer(&mut self) {
         if let Some(m) = self.last_answer.clone() {
-            self.push(m);
+            self.outbox.push_back(m);
         }
     }
 
-    fn send_with_retry(&mut self, now: Instant, m: CmMessage, wait: Duration) {
+    fn send_with_retry(&mut self, now: Instant, m: CmMad, wait: Duration) {
         self.resend = Some(m.clone());
         self.deadline = Some(now + wait);
-        self.push(m);
+        self.outbox.push_back(m);
     }
 
     fn push(&mut self, m: CmMessage) {

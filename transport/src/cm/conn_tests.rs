@@ -492,3 +492,27 @@ fn random_mads_never_panic_and_keep_state_sane() {
         }
     }
 }
+
+#[test]
+fn drep_echoes_the_dreq_tid_and_passive_dreq_uses_its_own() {
+    let (mut a, mut p) = pair();
+    deliver(T0, &mut p, &mut a);
+    deliver(T0, &mut a, &mut p);
+    p.set_dreq_transaction_id(0x5555_0000_0000_0009);
+    assert!(p.disconnect(T0));
+    let dreq = drain(&mut p);
+    assert_eq!(dreq[0].header.transaction_id, 0x5555_0000_0000_0009);
+    a.handle_mad(T0, &dreq[0]).unwrap();
+    let drep = drain(&mut a);
+    assert!(matches!(drep[0].message, CmMessage::Drep(_)));
+    assert_eq!(
+        drep[0].header.transaction_id, 0x5555_0000_0000_0009,
+        "DREP echoes the DREQ's TID"
+    );
+    // A repeated DREQ is answered again, same TID.
+    a.handle_mad(T0, &dreq[0]).unwrap();
+    assert_eq!(
+        drain(&mut a)[0].header.transaction_id,
+        0x5555_0000_0000_0009
+    );
+}

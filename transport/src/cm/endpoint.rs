@@ -119,8 +119,7 @@ impl CmEndpoint {
     /// `local_comm_id` is replaced by a fresh one.
     pub fn connect(&mut self, now: Instant, peer: Gid, mut req: ReqRepr) -> ConnHandle {
         req.local_comm_id = self.fresh_comm_id();
-        let tid = (u64::from(self.hi_tid) << 32) | u64::from(self.next_tid);
-        self.next_tid = self.next_tid.wrapping_add(1);
+        let tid = self.fresh_tid();
         let conn = Connection::connect(now, self.config, tid, req);
         self.insert(peer, conn)
     }
@@ -145,13 +144,15 @@ impl CmEndpoint {
             starting_psn,
             local_ca_guid,
         );
-        let conn = Connection::accept(
+        let mut conn = Connection::accept(
             now,
             self.config,
             incoming.transaction_id,
             &incoming.req,
             rep,
         );
+        // Our own DREQ gets our own TID, as Linux cm_form_tid does.
+        conn.set_dreq_transaction_id(self.fresh_tid());
         self.insert(incoming.peer, conn)
     }
 
@@ -290,6 +291,13 @@ impl CmEndpoint {
         if e.conn.state() == CmState::Closed {
             self.conns.remove(&h);
         }
+    }
+
+    /// `hi_tid << 32 | n`, like Linux's MAD agent TIDs.
+    fn fresh_tid(&mut self) -> u64 {
+        let tid = (u64::from(self.hi_tid) << 32) | u64::from(self.next_tid);
+        self.next_tid = self.next_tid.wrapping_add(1);
+        tid
     }
 
     /// A random non-zero communication ID no live connection uses.

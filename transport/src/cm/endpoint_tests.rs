@@ -271,3 +271,29 @@ fn ids_are_unique_and_reproducible() {
         "only the first REQs"
     );
 }
+
+#[test]
+fn passive_dreq_carries_the_servers_own_tid() {
+    let (mut a, mut b) = (
+        CmEndpoint::new(CmConfig::default(), 1),
+        CmEndpoint::new(CmConfig::default(), 2),
+    );
+    b.listen(SID);
+    let ha = a.connect(T0, gid(2), req_to_server(7174));
+    pump(T0, &mut a, gid(1), &mut b, gid(2));
+    let [EndpointEvent::Incoming(inc)] = &events(&mut b)[..] else {
+        panic!()
+    };
+    let hb = b.accept(T0, inc, Qpn::new(0x21), Psn::new(1), 0xb);
+    pump(T0, &mut b, gid(2), &mut a, gid(1));
+    pump(T0, &mut a, gid(1), &mut b, gid(2));
+    b.disconnect(T0, hb);
+    let (_, dreq) = b.poll_transmit().unwrap();
+    let req_tid = a.connection(ha).unwrap().transaction_id();
+    assert_ne!(dreq.header.transaction_id, req_tid);
+    // b never connected, so this is the first TID it formed: its hi_tid << 32 | 0.
+    assert_eq!(dreq.header.transaction_id as u32, 0);
+    a.handle_mad(T0, gid(2), &dreq);
+    let (_, drep) = a.poll_transmit().unwrap();
+    assert_eq!(drep.header.transaction_id, dreq.header.transaction_id);
+}
