@@ -291,7 +291,14 @@ impl App {
                 let stop2 = stop.clone();
                 let h = std::thread::Builder::new()
                     .name("droce-fwd".into())
-                    .spawn(move || fwd::run_streams(streams, &stop2))
+                    .spawn(move || {
+                        // An lcore id gives the thread mempool caches; without one it still works.
+                        let registered = dpdk::register_thread().is_ok();
+                        fwd::run_streams(streams, &stop2);
+                        if registered {
+                            dpdk::unregister_thread();
+                        }
+                    })
                     .map_err(|e| format!("cannot start the forwarding thread: {e}"))?;
                 workers.push(Worker::Thread(h));
             }

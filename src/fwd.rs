@@ -3,7 +3,7 @@
 //! A stream is one (RX port, TX port) pair driven by one mode. Each engine does one DPDK call
 //! per burst in each direction (`rx_burst`, `tx_burst`, bulk alloc, bulk free) on a fixed
 //! `MbufBatch`, so nothing is allocated and nothing crosses into C per packet; per packet there
-//! is only the mode's own work (a 12-byte MAC rewrite, or a template copy for txonly).
+//! is only the mode's own work (a 12-byte MAC rewrite, or a 42-byte header copy for txonly).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,8 +58,12 @@ pub trait Stream: Send {
 pub fn build(mode: &ModeInfo, spec: StreamSpec) -> Box<dyn Stream> {
     let stats = Arc::new(StreamStats::default());
     let Family::Forward(kind) = mode.family;
+    let frame = pkt::udp_ipv4_frame(spec.txpkts, spec.tx_mac, spec.peer_mac);
+    let mut headers = [0u8; HDR_LEN];
+    headers.copy_from_slice(&frame[..HDR_LEN]);
     let mut s = Fwd {
-        template: pkt::udp_ipv4_frame(spec.txpkts, spec.tx_mac, spec.peer_mac),
+        headers,
+        frame_len: frame.len() as u16,
         batch: MbufBatch::new(),
         stats,
         kind,
@@ -71,11 +75,16 @@ pub fn build(mode: &ModeInfo, spec: StreamSpec) -> Box<dyn Stream> {
     Box::new(s)
 }
 
+const HDR_LEN: usize = crate::args::MIN_TXPKTS as usize;
+
 struct Fwd {
     spec: StreamSpec,
     kind: FwdKind,
     batch: MbufBatch<{ MAX_BURST as usize }>,
-    template: Vec<u8>,
+    /// Ethernet + IPv4 + UDP headers of the txonly frame; the payload is not written (as in
+    /// testpmd's txonly: its bytes are whatever the recycled mbuf held).
+    headers: [u8; HDR_LEN],
+    frame_len: u16,
     stats: Arc<StreamStats>,
 }
 
@@ -111,11 +120,13 @@ impl Fwd {
             bump(&self.stats.tx_nombuf, 1);
             return;
         }
-        let len = self.template.len() as u16;
-        let tpl = &self.template[..];
+        let len = self.frame_len;
+        let hdr = &self.headers;
         for m in self.batch.iter_mut() {
             if let Some(d) = m.set_len(len) {
-                d.copy_from_slice(tpl);
+                if let Some(h) = d.get_mut(..HDR_LEN) {
+                    h.copy_from_slice(hdr);
+                }
             }
         }
         self.send();
