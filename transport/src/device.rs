@@ -651,6 +651,8 @@ impl<M: Memory> Device<M> {
         if state == QpState::Err {
             // Posted to a QP in the error state: flushed at once (IBA 10.8.3.1).
             self.to_error(qp.0, None);
+        } else if state == QpState::Sqe {
+            self.to_sq_error(qp.0);
         } else {
             self.check_local_errors(qp.0);
         }
@@ -746,6 +748,36 @@ impl<M: Memory> Device<M> {
         }
     }
 
+    /// UD send queue error (IBA 10.3.1.6): the QP goes to SQE, outstanding sends are
+    /// flushed, receives keep working; modify_qp(SQE -> RTS) resumes sending.
+    fn to_sq_error(&mut self, idx: u32) {
+        let Some(q) = self.qps.get_mut(idx) else { return };
+        if q.state == QpState::Err {
+            return;
+        }
+        q.state = QpState::Sqe;
+        let mut wcs = Vec::new();
+        while let Some(w) = q.req.sq.pop_front() {
+            let mut wc = WorkCompletion {
+                wr_id: w.wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: w.wr.opcode.wc_opcode(),
+                byte_len: 0,
+                imm_data: 0,
+                qp_num: q.qpn,
+                src_qp: q.attr.dest_qp_num,
+                wc_flags: WcFlags::default(),
+                pkey_index: q.attr.pkey_index,
+            };
+            wc.src_qp = q.qpn;
+            wcs.push((q.init.send_cq, wc));
+        }
+        q.req.next = 0;
+        for (cq, wc) in wcs {
+            self.push_wc(cq, wc, false);
+        }
+    }
+
     fn push_wc(&mut self, cq: CqHandle, wc: WorkCompletion, solicited: bool) {
         let Some(c) = self.cqs.get_mut(cq.0) else { return };
         let was_overrun = c.is_overrun();
@@ -776,7 +808,12 @@ impl<M: Memory> Device<M> {
         }
         if core::mem::take(&mut fx.qp_error) {
             let st = fx.error_status.take().unwrap_or(WcStatus::GeneralErr);
-            self.to_error(idx, Some(st));
+            let ud = self.qps.get(idx).is_some_and(|q| q.init.qp_type == QpType::Ud);
+            if ud {
+                self.to_sq_error(idx);
+            } else {
+                self.to_error(idx, Some(st));
+            }
         }
         fx.error_status = None;
         self.schedule(idx);
@@ -1048,6 +1085,7 @@ impl<M: Memory> Device<M> {
                 completer::complete_front(q, if n.is_some() { WcStatus::Success } else { WcStatus::LocQpOpErr }, &mut fx);
                 self.apply(idx, &mut fx);
                 self.fx = fx;
+                self.check_local_errors(idx);
                 n
             }
         }

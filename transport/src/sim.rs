@@ -72,9 +72,13 @@ pub const MEM_BASE: u64 = 0x1000_0000;
 
 impl Node {
     pub fn new(id: u8, mem_len: usize, seed: u64) -> Node {
+        Node::with_eth_mtu(id, mem_len, seed, 1500)
+    }
+
+    pub fn with_eth_mtu(id: u8, mem_len: usize, seed: u64, eth_mtu: u32) -> Node {
         let gid = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, id));
         let mac = [0x02, 0, 0, 0, 0, id];
-        let cfg = DeviceConfig { mac, gids: vec![gid], seed, ..DeviceConfig::default() };
+        let cfg = DeviceConfig { mac, gids: vec![gid], seed, eth_mtu, ..DeviceConfig::default() };
         let mut dev = Device::new(cfg, VecMemory::new(MEM_BASE, mem_len));
         let pd = dev.alloc_pd();
         let mr = dev.reg_mr(pd, MEM_BASE, mem_len as u64, AccessFlags::ALL).expect("reg_mr");
@@ -164,8 +168,13 @@ pub struct Pair {
 
 impl Pair {
     pub fn new(link: LinkConfig, seed: u64, mem_len: usize) -> Pair {
-        let a = Node::new(1, mem_len, seed ^ 0xa);
-        let b = Node::new(2, mem_len, seed ^ 0xb);
+        Pair::with_eth_mtu(link, seed, mem_len, 1500)
+    }
+
+    /// A pair whose ports have Ethernet MTU `eth_mtu` (9000 allows IB MTU 4096).
+    pub fn with_eth_mtu(link: LinkConfig, seed: u64, mem_len: usize, eth_mtu: u32) -> Pair {
+        let a = Node::with_eth_mtu(1, mem_len, seed ^ 0xa, eth_mtu);
+        let b = Node::with_eth_mtu(2, mem_len, seed ^ 0xb, eth_mtu);
         let buf = vec![0u8; a.dev.max_frame_len()];
         Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf }
     }

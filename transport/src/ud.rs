@@ -28,6 +28,9 @@ pub fn effective_qkey(wr_qkey: QKey, qp_qkey: QKey) -> QKey {
 /// The next UD packet of the send queue (the WQE stays queued until the device completes it).
 pub(crate) fn next_packet(qp: &mut Qp) -> Option<(TxPkt, crate::verbs::UdDest)> {
     let w = qp.req.sq.front()?;
+    if w.local_error.is_some() {
+        return None;
+    }
     let dest = w.wr.ud?;
     let op = if w.wr.opcode == SendOpcode::SendImm { Opcode::UdSendOnlyImm } else { Opcode::UdSendOnly };
     let mut p = TxPkt::new(op, qp.req.psn, dest.remote_qpn);

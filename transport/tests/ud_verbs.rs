@@ -263,3 +263,94 @@ fn srq_limit_event_and_srq_delivery() {
     assert_eq!(p.b.dev.srq(srq).unwrap().len(), 3);
     assert_eq!(p.b.dev.srq(srq).unwrap().limit(), 0);
 }
+
+#[test]
+fn ud_local_error_enters_sqe_and_recovers() {
+    let mut p = Pair::new(LinkConfig::PERFECT, 8, MEM);
+    let (qa, qb) = p.ud_pair(QK);
+    let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
+    let d = p.ud_dest(true, qb, QK);
+    let bad = droce_transport::Lkey(la.0 ^ 4);
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 8, bad).with_ud(d)).unwrap();
+    assert_eq!(p.a.poll().map(|w| (w.wr_id, w.status)), Some((1, WcStatus::LocProtErr)));
+    assert_eq!(p.a.dev.qp_state(qa), Some(QpState::Sqe));
+    p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(MEM_BASE, 8, la).with_ud(d)).unwrap();
+    assert_eq!(p.a.poll().map(|w| (w.wr_id, w.status)), Some((2, WcStatus::WrFlushErr)));
+    // Receives still work in SQE.
+    p.a.dev.post_recv(qa, RecvWr::new(5).with_sge(MEM_BASE + 0x1000, 256, la)).unwrap();
+    let back = p.ud_dest(false, qa, QK);
+    p.b.dev.post_send(qb, SendWr::new(9, SendOpcode::Send).with_sge(MEM_BASE, 8, lb).with_ud(back)).unwrap();
+    p.run_idle(10_000);
+    assert_eq!(p.a.poll().map(|w| (w.wr_id, w.status)), Some((5, WcStatus::Success)));
+    // SQE -> RTS resumes sending.
+    p.a.dev.modify_qp(qa, &QpAttr { qp_state: QpState::Rts, ..QpAttr::default() }, M::STATE).unwrap();
+    p.b.dev.post_recv(qb, RecvWr::new(6).with_sge(MEM_BASE + 0x1000, 256, lb)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Send).with_sge(MEM_BASE, 8, la).with_ud(d)).unwrap();
+    p.run_idle(10_000);
+    assert_eq!(p.a.poll().map(|w| (w.wr_id, w.status)), Some((3, WcStatus::Success)));
+}
+
+#[test]
+fn ipv6_gids_rc_and_ud() {
+    use droce_transport::{Device, DeviceConfig, Gid, VecMemory};
+    use std::net::Ipv6Addr;
+    let g = |i: u16| Gid::from_ipv6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i));
+    let mk = |i: u8| {
+        let cfg = DeviceConfig { mac: [2, 0, 0, 0, 0, i], gids: vec![g(i as u16)], seed: i as u64, ..DeviceConfig::default() };
+        Device::new(cfg, VecMemory::new(MEM_BASE, MEM))
+    };
+    let (mut a, mut b) = (mk(1), mk(2));
+    let setup = |d: &mut Device<VecMemory>| {
+        let pd = d.alloc_pd();
+        let mr = d.reg_mr(pd, MEM_BASE, MEM as u64, AccessFlags::ALL).unwrap();
+        let cq = d.create_cq(64).unwrap();
+        let init = |ty| QpInitAttr { qp_type: ty, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap::default(), sq_sig_all: true };
+        let rc = d.create_qp(init(QpType::Rc)).unwrap();
+        let ud = d.create_qp(init(QpType::Ud)).unwrap();
+        ud_up(d, ud, QK);
+        (mr, cq, rc, ud)
+    };
+    let (mra, cqa, rca, uda) = setup(&mut a);
+    let (mrb, cqb, rcb, udb) = setup(&mut b);
+    use droce_transport::device::rc_connect::*;
+    let qn = |d: &Device<VecMemory>, q| d.query_qp(q).unwrap().qp_num;
+    let (na, nb) = (qn(&a, rca), qn(&b, rcb));
+    for (d, q, peer, pq) in [(&mut a, rca, 2u8, nb), (&mut b, rcb, 1u8, na)] {
+        let av = droce_transport::verbs::AddressVector { dgid: g(peer as u16), dmac: [2, 0, 0, 0, 0, peer], ..Default::default() };
+        let (x, m) = init_attr(AccessFlags::ALL);
+        d.modify_qp(q, &x, m).unwrap();
+        let (x, m) = rtr_attr(av, PathMtu::Mtu1024, pq, droce_transport::Psn::new(5), 4, 1);
+        d.modify_qp(q, &x, m).unwrap();
+        let (x, m) = rts_attr(droce_transport::Psn::new(5), 10, 7, 7, 4);
+        d.modify_qp(q, &x, m).unwrap();
+    }
+    a.memory_mut().write(MEM_BASE, b"over ipv6").unwrap();
+    b.post_recv(rcb, RecvWr::new(1).with_sge(MEM_BASE + 0x1000, 64, mrb.lkey)).unwrap();
+    b.post_recv(udb, RecvWr::new(2).with_sge(MEM_BASE + 0x2000, 128, mrb.lkey)).unwrap();
+    a.post_send(rca, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 9, mra.lkey)).unwrap();
+    let av = droce_transport::verbs::AddressVector { dgid: g(2), dmac: [2, 0, 0, 0, 0, 2], ..Default::default() };
+    let dest = droce_transport::verbs::UdDest { av, remote_qpn: qn(&b, udb), remote_qkey: QK };
+    a.post_send(uda, SendWr::new(2, SendOpcode::Send).with_sge(MEM_BASE, 9, mra.lkey).with_ud(dest)).unwrap();
+    let mut buf = vec![0u8; a.max_frame_len()];
+    let mut ud_frame = Vec::new();
+    for _ in 0..10 {
+        while let Some(n) = a.poll_transmit(droce_transport::Instant(0), &mut buf) {
+            assert_eq!(&buf[12..14], &[0x86, 0xdd], "IPv6 ethertype");
+            if RoceRepr::parse(&buf[..n]).unwrap().0.deth.is_some() {
+                ud_frame = buf[..n].to_vec();
+            }
+            b.handle_rx(droce_transport::Instant(0), &buf[..n]);
+        }
+        while let Some(n) = b.poll_transmit(droce_transport::Instant(0), &mut buf) {
+            a.handle_rx(droce_transport::Instant(0), &buf[..n]);
+        }
+    }
+    let wa: Vec<_> = std::iter::from_fn(|| a.poll_cq_one(cqa).unwrap()).map(|w| w.status).collect();
+    assert_eq!(wa, vec![WcStatus::Success, WcStatus::Success]);
+    let wb: Vec<_> = std::iter::from_fn(|| b.poll_cq_one(cqb).unwrap()).collect();
+    assert_eq!(wb.len(), 2);
+    assert_eq!(b.memory().slice(MEM_BASE + 0x1000, 9), b"over ipv6");
+    // UD over IPv6: the GRH is the IPv6 header itself.
+    assert_eq!(b.memory().slice(MEM_BASE + 0x2000, 40), &ud_frame[14..54]);
+    assert_eq!(b.memory().slice(MEM_BASE + 0x2000 + 40, 9), b"over ipv6");
+}
