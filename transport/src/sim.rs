@@ -164,6 +164,8 @@ pub struct Pair {
     wire: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     buf: Vec<u8>,
+    /// Recycled frame buffers.
+    pool: Vec<Vec<u8>>,
 }
 
 impl Pair {
@@ -176,7 +178,7 @@ impl Pair {
         let a = Node::with_eth_mtu(1, mem_len, seed ^ 0xa, eth_mtu);
         let b = Node::with_eth_mtu(2, mem_len, seed ^ 0xb, eth_mtu);
         let buf = vec![0u8; a.dev.max_frame_len()];
-        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf }
+        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf, pool: Vec::new() }
     }
 
     /// Create and connect an RC QP on each node (RESET -> INIT -> RTR -> RTS).
@@ -233,7 +235,9 @@ impl Pair {
             1
         };
         for _ in 0..copies {
-            let mut f = frame.to_vec();
+            let mut f = self.pool.pop().unwrap_or_default();
+            f.clear();
+            f.extend_from_slice(frame);
             if self.rng.chance(self.link.bit_flip) && !f.is_empty() {
                 let bit = self.rng.below(f.len() as u64 * 8);
                 f[(bit / 8) as usize] ^= 1 << (bit % 8);
@@ -269,6 +273,7 @@ impl Pair {
             self.stats.delivered += 1;
             let dev = if f.to_b { &mut self.b.dev } else { &mut self.a.dev };
             dev.handle_rx(self.now, &f.frame);
+            self.pool.push(f.frame);
             busy = true;
         }
         for dev in [&mut self.a.dev, &mut self.b.dev] {

@@ -337,3 +337,51 @@ fn fence_and_rd_atomic_limit() {
     let last_resp = ops.iter().rposition(|&o| o == Opcode::RcReadResponseOnly).unwrap();
     assert!(send_at > last_resp, "fenced SEND went before the READ responses: {ops:?}");
 }
+
+#[test]
+fn send_with_invalidate_revokes_the_rkey() {
+    let mut p = Pair::new(LinkConfig::PERFECT, 11, MEM);
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
+    let pd = p.b.pd;
+    let mr = p.b.dev.reg_mr(pd, MEM_BASE + 0x4000, 0x1000, AccessFlags::ALL).unwrap();
+    p.b.dev.post_recv(qb, RecvWr::new(1).with_sge(MEM_BASE + 0x8000, 64, lb)).unwrap();
+    // WRITE works, SEND_INV names the rkey, the next WRITE is refused.
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(MEM_BASE, 8, la).with_remote(MEM_BASE + 0x4000, mr.rkey)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::SendInv).with_sge(MEM_BASE, 8, la).with_imm(mr.rkey.0)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Write).with_sge(MEM_BASE, 8, la).with_remote(MEM_BASE + 0x4000, mr.rkey)).unwrap();
+    p.run_idle(100_000);
+    let w: Vec<_> = drain(&mut p, false).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(w, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::RemAccessErr)]);
+    let r = drain(&mut p, true);
+    assert_eq!((r[0].imm_data, r[0].wc_flags.contains(droce_transport::verbs::WcFlags::WITH_INV)), (mr.rkey.0, true));
+}
+
+#[test]
+fn pd_and_mr_lifecycle() {
+    use droce_transport::device::DeallocPdError;
+    use droce_transport::verbs::mr::RegMrError;
+    let mut p = Pair::new(LinkConfig::PERFECT, 12, MEM);
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    let d = &mut p.b.dev;
+    let pd = d.alloc_pd();
+    assert_eq!(d.reg_mr(pd, MEM_BASE, 64, AccessFlags::REMOTE_WRITE), Err(RegMrError::RemoteWriteWithoutLocalWrite));
+    assert_eq!(d.reg_mr(pd, MEM_BASE, 64, AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ), Err(RegMrError::RemoteWriteWithoutLocalWrite));
+    let m1 = d.reg_mr(pd, MEM_BASE, 64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+    assert_eq!(m1.lkey.0, m1.rkey.0);
+    assert_eq!(d.dealloc_pd(pd), Err(DeallocPdError::Busy));
+    d.dereg_mr(m1.lkey).unwrap();
+    assert!(d.dereg_mr(m1.lkey).is_err());
+    let m2 = d.reg_mr(pd, MEM_BASE, 64, AccessFlags::ALL).unwrap();
+    assert_eq!(m2.lkey.0 >> 8, m1.lkey.0 >> 8, "slot reused");
+    d.dereg_mr(m2.lkey).unwrap();
+    d.dealloc_pd(pd).unwrap();
+    // A deregistered region is no longer reachable remotely.
+    let pdb = p.b.pd;
+    let m3 = p.b.dev.reg_mr(pdb, MEM_BASE, 64, AccessFlags::ALL).unwrap();
+    p.b.dev.dereg_mr(m3.lkey).unwrap();
+    let la = p.a.mr.lkey;
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(MEM_BASE, 8, la).with_remote(MEM_BASE, m3.rkey)).unwrap();
+    p.run_idle(100_000);
+    assert_eq!(drain(&mut p, false)[0].status, WcStatus::RemAccessErr);
+}

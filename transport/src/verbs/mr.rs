@@ -55,7 +55,7 @@ pub enum DeregMrError {
 }
 
 /// A registered memory region.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryRegion {
     pub pd: PdHandle,
     pub va: u64,
