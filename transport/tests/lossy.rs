@@ -181,3 +181,72 @@ fn mixed_1e6_soak() {
     let p = run_mixed(1_000_000, 0x50a4, LinkConfig::LOSSY);
     eprintln!("link {:?}", p.stats);
 }
+
+/// Both ends are requester and responder at once: SENDs and READs in both directions.
+#[test]
+fn bidirectional_lossy() {
+    const N: u64 = 10_000;
+    let mut p = Pair::new(LinkConfig::LOSSY, 0xb1d1, MEM);
+    let (qa, qb) = p.rc_pair(RcOpts { timeout: 6, ..RcOpts::default() });
+    let ro = pattern(0x77, 65536);
+    for n in [&mut p.a, &mut p.b] {
+        n.dev.memory_mut().write(RO, &ro).unwrap();
+    }
+    let mut rng = Rng(99);
+    // Per direction: next id to post, completions seen, expected receives.
+    let mut posted = [0u64; 2];
+    let mut done = [0u64; 2];
+    let mut pending: [VecDeque<(u64, bool, usize, u64)>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut recvs: [VecDeque<(u64, usize)>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut steps = 0u64;
+    while done[0] < N || done[1] < N {
+        steps += 1;
+        assert!(steps < 50_000_000, "stuck {done:?}");
+        for side in 0..2 {
+            let (me, peer) = if side == 0 { (&mut p.a, &mut p.b) } else { (&mut p.b, &mut p.a) };
+            let (qme, qpeer) = if side == 0 { (qa, qb) } else { (qb, qa) };
+            // receives of the peer's sends arrive at `me`
+            while let Some(wc) = me.poll() {
+                if wc.opcode == WcOpcode::Recv {
+                    let (seq, len) = recvs[1 - side].pop_front().expect("unexpected receive");
+                    assert_eq!((wc.status, wc.wr_id, wc.byte_len), (WcStatus::Success, seq, len as u32));
+                    let slot = RECV + (seq % SLOTS) * SLOT;
+                    assert!(me.dev.memory().slice(slot, len) == &pattern(seq + side as u64 * 1_000_000_007, len)[..]);
+                    continue;
+                }
+                let (id, is_read, len, off) = pending[side].pop_front().expect("unexpected completion");
+                assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+                if is_read {
+                    let slot = SRC + (id % SLOTS) * SLOT;
+                    assert!(me.dev.memory().slice(slot, len) == &ro[off as usize..off as usize + len]);
+                }
+                done[side] += 1;
+            }
+            while posted[side] < N && pending[side].len() < WINDOW {
+                let id = posted[side];
+                let r = rng.next();
+                let len = (r >> 8) as usize % 3000;
+                let slot = SRC + (id % SLOTS) * SLOT;
+                let (la, lpeer, rkpeer) = (me.mr.lkey, peer.mr.lkey, peer.mr.rkey);
+                if r % 3 == 0 {
+                    let off = (r >> 30) % 1024;
+                    me.dev.memory_mut().slice_mut(slot, len).fill(0);
+                    me.dev.post_send(qme, SendWr::new(id, SendOpcode::Read).with_sge(slot, len as u32, la).with_remote(RO + off, rkpeer)).unwrap();
+                    pending[side].push_back((id, true, len, off));
+                } else {
+                    // Sender's own seed space so the two directions never share patterns.
+                    let seed = id + (1 - side as u64) * 1_000_000_007;
+                    me.dev.memory_mut().write(slot, &pattern(seed, len)).unwrap();
+                    let rslot = RECV + (id % SLOTS) * SLOT;
+                    peer.dev.post_recv(qpeer, RecvWr::new(id).with_sge(rslot, SLOT as u32, lpeer)).unwrap();
+                    recvs[side].push_back((id, len));
+                    me.dev.post_send(qme, SendWr::new(id, SendOpcode::Send).with_sge(slot, len as u32, la)).unwrap();
+                    pending[side].push_back((id, false, len, 0));
+                }
+                posted[side] += 1;
+            }
+        }
+        p.step();
+    }
+    assert!(p.stats.dropped > 0 && p.stats.flipped > 0);
+}
