@@ -377,6 +377,17 @@ fn check_eal_value(shown: &str, name: &str, v: &str) -> Result<(), UsageError> {
                 || !drv.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             {
                 Err(usage_err!("--vdev '{v}' is not <driver><id>[,key=val...], e.g. --vdev=net_ring0 or --vdev=net_memif0,role=server"))
+            } else if drv.starts_with("net_memif") {
+                // memif creates its socket lazily and only logs a failure: check the directory here.
+                let sock = v.split(',').find_map(|kv| kv.strip_prefix("socket=")).unwrap_or("/run/memif.sock");
+                let dir = std::path::Path::new(sock).parent().filter(|d| !d.as_os_str().is_empty());
+                match dir {
+                    Some(d) if !d.is_dir() => Err(usage_err!(
+                        "--vdev '{v}': the socket directory '{}' does not exist; use an existing one, e.g. socket=/tmp/memif.sock",
+                        d.display()
+                    )),
+                    _ => Ok(()),
+                }
             } else {
                 Ok(())
             }
@@ -721,6 +732,7 @@ mod tests {
             ("-x", "unknown EAL option '-x'"),
             ("stray", "unexpected EAL argument"),
             ("--proc-type=other", "primary|secondary|auto"),
+            ("--vdev=net_memif0,role=server,socket=/nonexistent/x.sock", "socket directory '/nonexistent' does not exist"),
         ] {
             let e = err(line);
             assert!(e.contains(want), "{line:?}: {e}");

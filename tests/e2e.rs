@@ -414,6 +414,8 @@ fn bad_input_is_one_line_and_non_zero() {
         (args(eal("bad"), &["--vdev=net_bogus0"], &["--run-time=1"]), "net_bogus0"),
         (args(eal("bad"), &["--vdev=net_memif0,role=sideways,socket=/tmp/droce-never.sock"], &["--run-time=1"]), "Unknown role"),
         (args(eal("bad"), &["-l", "0-63", "--vdev=net_null0"], &["--run-time=1"]), "core list"),
+        (args(eal("bad"), &["--vdev=net_memif0,role=server,socket=/nonexistent/droce/x.sock"], &["--run-time=1"]), "socket directory"),
+        (args(eal("bad"), &["--vdev=net_pcap0,rx_pcap=/nonexistent/droce.pcap"], &["--run-time=1"]), "/nonexistent/droce.pcap"),
         (args(eal("bad"), &["-l", "0", "--vdev=net_null0"], &["--nb-cores=2", "--run-time=1"]), "--nb-cores=2"),
         (no_ports, "no ports found"),
         (args(eal("bad"), &["-l", "0", "--vdev=net_null0"], &["--eth-peer=3,02:00:00:00:00:09", "--run-time=1"]), "port 3 out of range: valid ports are 0"),
