@@ -434,11 +434,16 @@ impl<M: Memory> Device<M> {
         }
         let idx = self.qps.insert(Qp::new(qpn, init));
         self.qpn_map.insert(qpn.value(), idx);
-        self.pds.get_mut(init.pd.0).map(|p| p.users += 1);
-        self.cqs.get_mut(init.send_cq.0).map(|c| c.users += 1);
-        self.cqs.get_mut(init.recv_cq.0).map(|c| c.users += 1);
-        if let Some(s) = init.srq {
-            self.srqs.get_mut(s.0).map(|s| s.users += 1);
+        if let Some(p) = self.pds.get_mut(init.pd.0) {
+            p.users += 1;
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users += 1;
         }
         Ok(QpHandle(idx))
     }
@@ -446,11 +451,16 @@ impl<M: Memory> Device<M> {
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), DestroyQpError> {
         let q = self.qps.remove(qp.0).ok_or(DestroyQpError::InvalidQp)?;
         self.qpn_map.remove(&q.qpn.value());
-        self.pds.get_mut(q.init.pd.0).map(|p| p.users = p.users.saturating_sub(1));
-        self.cqs.get_mut(q.init.send_cq.0).map(|c| c.users = c.users.saturating_sub(1));
-        self.cqs.get_mut(q.init.recv_cq.0).map(|c| c.users = c.users.saturating_sub(1));
-        if let Some(s) = q.init.srq {
-            self.srqs.get_mut(s.0).map(|s| s.users = s.users.saturating_sub(1));
+        if let Some(p) = self.pds.get_mut(q.init.pd.0) {
+            p.users = p.users.saturating_sub(1);
+        }
+        for cq in [q.init.send_cq, q.init.recv_cq] {
+            if let Some(c) = self.cqs.get_mut(cq.0) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        if let Some(s) = q.init.srq.and_then(|s| self.srqs.get_mut(s.0)) {
+            s.users = s.users.saturating_sub(1);
         }
         self.ready.retain(|&i| i != qp.0);
         Ok(())
@@ -567,7 +577,7 @@ impl<M: Memory> Device<M> {
                 q.reset();
             }
             QpState::Err if cur != QpState::Err => {
-                self.to_error(qp.0, None);
+                self.enter_error(qp.0, None);
             }
             s => {
                 q.state = s;
@@ -650,9 +660,9 @@ impl<M: Memory> Device<M> {
         q.req.sq.push_back(SendWqe::new(wr, inline, len, local_error, signaled));
         if state == QpState::Err {
             // Posted to a QP in the error state: flushed at once (IBA 10.8.3.1).
-            self.to_error(qp.0, None);
+            self.enter_error(qp.0, None);
         } else if state == QpState::Sqe {
-            self.to_sq_error(qp.0);
+            self.enter_sq_error(qp.0);
         } else {
             self.check_local_errors(qp.0);
         }
@@ -679,7 +689,7 @@ impl<M: Memory> Device<M> {
         let q = self.qps.get_mut(qp.0).ok_or(PostRecvError::InvalidQp)?;
         q.rq.push_back(RecvWqe { wr, len });
         if state == QpState::Err {
-            self.to_error(qp.0, None);
+            self.enter_error(qp.0, None);
         }
         Ok(())
     }
@@ -700,7 +710,7 @@ impl<M: Memory> Device<M> {
 
     /// Move a QP to the error state: every outstanding WQE completes with WrFlushErr
     /// (IBA 10.3.1.8, 11.4.2.1).
-    fn to_error(&mut self, idx: u32, cause: Option<WcStatus>) {
+    fn enter_error(&mut self, idx: u32, cause: Option<WcStatus>) {
         let Some(q) = self.qps.get_mut(idx) else { return };
         let first = q.state != QpState::Err;
         q.state = QpState::Err;
@@ -750,7 +760,7 @@ impl<M: Memory> Device<M> {
 
     /// UD send queue error (IBA 10.3.1.6): the QP goes to SQE, outstanding sends are
     /// flushed, receives keep working; modify_qp(SQE -> RTS) resumes sending.
-    fn to_sq_error(&mut self, idx: u32) {
+    fn enter_sq_error(&mut self, idx: u32) {
         let Some(q) = self.qps.get_mut(idx) else { return };
         if q.state == QpState::Err {
             return;
@@ -792,7 +802,7 @@ impl<M: Memory> Device<M> {
                 .map(|(i, _)| i)
                 .collect();
             for i in victims {
-                self.to_error(i, Some(WcStatus::FatalErr));
+                self.enter_error(i, Some(WcStatus::FatalErr));
             }
         }
     }
@@ -810,9 +820,9 @@ impl<M: Memory> Device<M> {
             let st = fx.error_status.take().unwrap_or(WcStatus::GeneralErr);
             let ud = self.qps.get(idx).is_some_and(|q| q.init.qp_type == QpType::Ud);
             if ud {
-                self.to_sq_error(idx);
+                self.enter_sq_error(idx);
             } else {
-                self.to_error(idx, Some(st));
+                self.enter_error(idx, Some(st));
             }
         }
         fx.error_status = None;
@@ -825,6 +835,7 @@ impl<M: Memory> Device<M> {
     fn schedule(&mut self, idx: u32) {
         let Some(q) = self.qps.get_mut(idx) else { return };
         if let Some(n) = q.timers.next_timeout() {
+            #[allow(clippy::unnecessary_map_or)] // is_none_or needs Rust 1.82; MSRV is 1.75
             if q.scheduled.map_or(true, |s| n < s) {
                 q.scheduled = Some(n);
                 self.timers.push(Reverse((n, idx)));

@@ -62,6 +62,7 @@ impl VecMemory {
         (end <= self.bytes.len()).then_some(off..end)
     }
     fn word(&self, addr: u64) -> Result<core::ops::Range<usize>, MemoryError> {
+        #[allow(clippy::manual_is_multiple_of)] // MSRV 1.75
         if addr % 8 != 0 {
             return Err(MemoryError);
         }

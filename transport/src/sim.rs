@@ -149,6 +149,9 @@ impl Ord for InFlight {
     }
 }
 
+/// Decides per frame (`to_b`, frame) whether the link drops it.
+pub type FrameFilter = Box<dyn FnMut(bool, &[u8]) -> bool>;
+
 /// Two nodes joined by a simulated link.
 pub struct Pair {
     pub a: Node,
@@ -159,7 +162,7 @@ pub struct Pair {
     pub stats: LinkStats,
     /// Called for every frame put on the link (`to_b`, frame); returning true drops it.
     /// Lets tests lose one chosen packet.
-    pub filter: Option<Box<dyn FnMut(bool, &[u8]) -> bool>>,
+    pub filter: Option<FrameFilter>,
     rng: SplitMix64,
     wire: BinaryHeap<Reverse<InFlight>>,
     seq: u64,

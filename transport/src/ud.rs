@@ -40,7 +40,7 @@ pub(crate) fn next_packet(qp: &mut Qp) -> Option<(TxPkt, crate::verbs::UdDest)> 
     }
     p.solicited = w.wr.flags.contains(crate::verbs::SendFlags::SOLICITED);
     p.payload = Payload::SendWqe { wqe: 0, offset: 0, len: w.len as u32 };
-    qp.req.psn = qp.req.psn + 1;
+    qp.req.psn += 1;
     Some((p, dest))
 }
 

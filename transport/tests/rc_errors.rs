@@ -56,7 +56,7 @@ fn rnr_then_success_when_recv_arrives() {
     let t_rnr = p.now;
     assert!(drain(&mut p, false).is_empty());
     p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(MEM_BASE + 0x1000, 64, lb)).unwrap();
-    assert!(p.run_until(100_000, |p| p.a.dev.cq(p.a.cq).unwrap().len() > 0));
+    assert!(p.run_until(100_000, |p| !p.a.dev.cq(p.a.cq).unwrap().is_empty()));
     let wcs = drain(&mut p, false);
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::Success));
     let r = drain(&mut p, true);
@@ -91,7 +91,7 @@ fn rnr_retry_7_is_infinite() {
     assert!(p.run_until(1_000_000, |p| p.b.dev.counters().send_rnr_err >= 200));
     assert!(drain(&mut p, false).is_empty());
     p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(MEM_BASE + 0x1000, 64, lb)).unwrap();
-    assert!(p.run_until(100_000, |p| p.a.dev.cq(p.a.cq).unwrap().len() > 0));
+    assert!(p.run_until(100_000, |p| !p.a.dev.cq(p.a.cq).unwrap().is_empty()));
     assert_eq!(drain(&mut p, false)[0].status, WcStatus::Success);
 }
 
