@@ -182,7 +182,7 @@ fn unknown(w: &[&str]) -> String {
 pub fn help(topic: Option<&str>) -> Result<String, CmdError> {
     let rows: Vec<_> = COMMANDS
         .iter()
-        .filter(|(syn, _)| topic.map_or(true, |t| syn.starts_with(t)))
+        .filter(|(syn, _)| topic.map(|t| syn.starts_with(t)).unwrap_or(true))
         .collect();
     if rows.is_empty() {
         return err(format!("no command starts with '{}'; type 'help' for the list", topic.unwrap_or("")));

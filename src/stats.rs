@@ -43,15 +43,9 @@ pub struct Throughput {
 }
 
 /// Remembers the last shown counters of one port to compute "Throughput (since last show)".
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct RateMeter {
     last: Option<(Instant, PortCounters)>,
-}
-
-impl Default for RateMeter {
-    fn default() -> Self {
-        RateMeter { last: None }
-    }
 }
 
 impl RateMeter {
