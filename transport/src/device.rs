@@ -1,6 +1,28 @@
 //! The device: owns the verbs tables, routes received frames to QPs by destination QPN,
 //! keeps the timer heap, schedules transmission round robin among QPs with work, and
 //! counts. Driven sans-IO: `handle_rx`, `poll_transmit`, `poll_timeout`, `handle_timeout`.
+//!
+//! ```
+//! use droce_transport::{Device, DeviceConfig, Gid, Instant, VecMemory};
+//! use droce_transport::qp::{QpCap, QpInitAttr, QpType};
+//! use droce_transport::verbs::AccessFlags;
+//!
+//! let cfg = DeviceConfig { gids: vec![Gid::from_ipv4([10, 0, 0, 1].into())], ..DeviceConfig::default() };
+//! let mut dev = Device::new(cfg, VecMemory::new(0x1000, 1 << 16));
+//! let pd = dev.alloc_pd();
+//! let mr = dev.reg_mr(pd, 0x1000, 1 << 16, AccessFlags::ALL).unwrap();
+//! let cq = dev.create_cq(256).unwrap();
+//! let qp = dev
+//!     .create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap::default(), sq_sig_all: false })
+//!     .unwrap();
+//! // modify_qp to INIT/RTR/RTS (see `rc_connect`), post_send / post_recv, then drive it:
+//! let mut buf = vec![0u8; dev.max_frame_len()];
+//! let now = Instant::from_nanos(0);
+//! while let Some(len) = dev.poll_transmit(now, &mut buf) { /* put buf[..len] on the wire */ }
+//! if let Some(t) = dev.poll_timeout() { /* call dev.handle_timeout(t) when the clock reaches t */ }
+//! // for each received frame: dev.handle_rx(now, frame); completions: dev.poll_cq(cq, &mut wcs)
+//! # let _ = (mr, qp);
+//! ```
 
 use crate::counters::Counters;
 use crate::memory::Memory;
