@@ -145,3 +145,28 @@ fn inline_and_unsignaled() {
     assert_eq!(p.b.dev.memory().slice(MEM_BASE + 0x9000, 15), b"inline payload!");
     assert_eq!(p.b.dev.memory().slice(MEM_BASE + 0xa000, 4), b"XXXX");
 }
+
+#[test]
+fn transmit_round_robin_among_qps() {
+    let mut p = Pair::new(LinkConfig::PERFECT, 4, MEM);
+    let (qa1, qb1) = p.rc_pair(RcOpts::default());
+    let (qa2, qb2) = p.rc_pair(RcOpts::default());
+    let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
+    for i in 0..8 {
+        p.b.dev.post_recv(qb1, RecvWr::new(i).with_sge(MEM_BASE + 0x10000, 4096, lb)).unwrap();
+        p.b.dev.post_recv(qb2, RecvWr::new(i).with_sge(MEM_BASE + 0x20000, 4096, lb)).unwrap();
+    }
+    // QP 1 gets a long message first; QP 2's short ones must not wait behind it.
+    p.a.dev.post_send(qa1, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 4096, la)).unwrap();
+    for i in 0..4 {
+        p.a.dev.post_send(qa2, SendWr::new(10 + i, SendOpcode::Send).with_sge(MEM_BASE, 8, la)).unwrap();
+    }
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let mut order = Vec::new();
+    while let Some(n) = p.a.dev.poll_transmit(p.now, &mut buf) {
+        let (r, _) = droce_transport::wire::RoceRepr::parse(&buf[..n]).unwrap();
+        order.push(r.bth.dest_qp);
+    }
+    let (n1, n2) = (p.b.dev.query_qp(qb1).unwrap().qp_num, p.b.dev.query_qp(qb2).unwrap().qp_num);
+    assert_eq!(order, vec![n1, n2, n1, n2, n1, n2, n1, n2], "one frame per QP in turn");
+}
