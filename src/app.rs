@@ -618,7 +618,14 @@ impl App {
                     fwd::poll_rounds(&mut run.main_streams, 256);
                 }
             } else {
-                std::thread::sleep(Duration::from_millis(5));
+                // The forwarding lcore may share this CPU (e.g. --lcores=0@1,1@1): wake up
+                // rarely, only for the next stats print, the deadline or a signal/Enter check.
+                let now = Instant::now();
+                let mut until = now + Duration::from_millis(50);
+                for t in [next_stats, deadline].into_iter().flatten() {
+                    until = until.min(t);
+                }
+                std::thread::sleep(until.saturating_duration_since(now));
             }
             let now = Instant::now();
             if let Some(t) = next_stats {

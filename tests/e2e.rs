@@ -159,6 +159,14 @@ impl Drop for Proc {
     }
 }
 
+/// Sends SIGTERM to our own child (by its PID).
+fn sigterm(p: &Proc) {
+    let pid = p.child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the PID of a child this test spawned and has not reaped yet.
+    let r = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(r, 0, "kill -TERM {pid}");
+}
+
 fn run(args: &[String], stdin: Option<&str>) -> Out {
     spawn(args, stdin).wait()
 }
@@ -308,8 +316,7 @@ fn memif_pair(txpkts: &str) {
     std::thread::sleep(Duration::from_millis(1000));
     tx.send("stop\n");
     std::thread::sleep(Duration::from_millis(700));
-    let st = Command::new("kill").arg("-TERM").arg(rx.child.id().to_string()).status().unwrap();
-    assert!(st.success());
+    sigterm(&rx);
     let rx = rx.wait();
     tx.send("quit\n");
     let tx = tx.wait();
@@ -370,8 +377,7 @@ fn prompt_ends_on_end_of_input() {
 fn sigterm_ends_a_batch_run_cleanly() {
     let p = spawn(&args(eal("sig"), &["-l", "0", "--vdev=net_null0"], &["--forward-mode=rxonly", "--stats-period=1"]), None);
     std::thread::sleep(Duration::from_millis(1500));
-    let st = Command::new("kill").arg("-TERM").arg(p.child.id().to_string()).status().unwrap();
-    assert!(st.success());
+    sigterm(&p);
     let o = p.wait();
     assert_ok(&o);
     assert!(o.stdout.contains("Signal received"), "{}", o.stdout);
