@@ -99,34 +99,52 @@ fn frame(payload_len: usize) -> Vec<u8> {
     buf
 }
 
-/// Returns GB/s over the ICRC-covered bytes (IP header to the end of the pad).
-fn measure(f: &dyn Fn(&[u8]) -> u32, body: &[u8]) -> f64 {
+/// Returns GB/s over the ICRC-covered bytes (IP header to the end of the pad) for each
+/// implementation. The implementations are measured in interleaved rounds and the best round
+/// of each counts, so that other load on the machine hits them alike.
+fn measure(fs: &[&dyn Fn(&[u8]) -> u32], body: &[u8]) -> Vec<f64> {
     // `cargo bench` passes --bench; under `cargo test --benches` only a quick smoke run.
-    let default_ms = if std::env::args().any(|a| a == "--bench") { 400 } else { 5 };
+    let default_ms = if std::env::args().any(|a| a == "--bench") {
+        1500
+    } else {
+        20
+    };
     let budget = Duration::from_millis(
-        std::env::var("ICRC_BENCH_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(default_ms),
+        std::env::var("ICRC_BENCH_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default_ms),
     );
-    // Warm up and calibrate.
-    let mut iters = 1u64;
-    loop {
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(f(black_box(body)));
+    const ROUNDS: u32 = 15;
+    let slot = budget / (ROUNDS * fs.len() as u32);
+    // Calibrate: iterations per slot for each implementation.
+    let iters: Vec<u64> = fs
+        .iter()
+        .map(|f| {
+            let mut n = 1u64;
+            loop {
+                let t = Instant::now();
+                for _ in 0..n {
+                    black_box(f(black_box(body)));
+                }
+                if t.elapsed() >= slot || n >= 1 << 30 {
+                    return n;
+                }
+                n *= 2;
+            }
+        })
+        .collect();
+    let mut best = vec![f64::MAX; fs.len()];
+    for _ in 0..ROUNDS {
+        for (i, f) in fs.iter().enumerate() {
+            let t = Instant::now();
+            for _ in 0..iters[i] {
+                black_box(f(black_box(body)));
+            }
+            best[i] = best[i].min(t.elapsed().as_secs_f64() / iters[i] as f64);
         }
-        if t.elapsed() > budget / 8 {
-            break;
-        }
-        iters *= 2;
     }
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(f(black_box(body)));
-        }
-        best = best.min(t.elapsed().as_secs_f64() / iters as f64);
-    }
-    body.len() as f64 / best / 1e9
+    best.iter().map(|t| body.len() as f64 / t / 1e9).collect()
 }
 
 fn main() {
@@ -161,10 +179,16 @@ fn main() {
             assert_eq!(icrc_with(u, body), want, "implementation {i} disagrees");
         }
         assert_eq!(icrc::compute(body).unwrap(), want);
-        let chosen = measure(&|b| icrc::compute(b).unwrap(), body);
-        let t1 = measure(&|b| icrc_with(crc_table1, b), body);
-        let t16 = measure(&|b| icrc_with(crc_table16, b), body);
-        let cf = measure(&|b| icrc_with(crc_fast, b), body);
+        let r = measure(
+            &[
+                &|b| icrc::compute(b).unwrap(),
+                &|b| icrc_with(crc_table1, b),
+                &|b| icrc_with(crc_table16, b),
+                &|b| icrc_with(crc_fast, b),
+            ],
+            body,
+        );
+        let (chosen, t1, t16, cf) = (r[0], r[1], r[2], r[3]);
         println!(
             "{:>6}B | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x",
             size,
