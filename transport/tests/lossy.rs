@@ -55,7 +55,10 @@ struct Pending {
 
 fn run_mixed(n: u64, seed: u64, link: LinkConfig) -> Pair {
     let mut p = Pair::new(link, seed, MEM);
-    let opts = RcOpts { timeout: 6, max_rd_atomic: 8, ..RcOpts::default() };
+    // PSNs start just below the 24-bit wrap, so every run crosses it.
+    let psn_a = droce_transport::Psn::new(0xff_ff00);
+    let psn_b = droce_transport::Psn::new(0xff_fff0);
+    let opts = RcOpts { timeout: 6, max_rd_atomic: 8, psn_a, psn_b, ..RcOpts::default() };
     let (qa, qb) = p.rc_pair(opts);
     let (la, lb, rkb) = (p.a.mr.lkey, p.b.mr.lkey, p.b.mr.rkey);
     let ro = pattern(0x5eed, 65536);
