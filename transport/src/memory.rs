@@ -25,6 +25,22 @@ pub trait Memory {
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError>;
 }
 
+/// Lets an embedder pick the memory at run time: `Device<Box<dyn Memory>>`.
+impl<T: Memory + ?Sized> Memory for Box<T> {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        (**self).read(addr, buf)
+    }
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        (**self).write(addr, data)
+    }
+    fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
+        (**self).cmp_swap(addr, compare, swap)
+    }
+    fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError> {
+        (**self).fetch_add(addr, add)
+    }
+}
+
 /// A flat memory backed by a `Vec<u8>` that starts at virtual address `base`.
 /// Used by tests, the simulator and the fuzzer.
 #[derive(Debug, Clone)]
@@ -117,5 +133,7 @@ mod tests {
         assert_eq!(m.fetch_add(0x1008, 0), Ok(99));
         assert_eq!(m.fetch_add(0x1004, 0), Err(MemoryError), "unaligned");
         assert_eq!(m.fetch_add(0x1040, 0), Err(MemoryError), "out of range");
+        let mut boxed: Box<dyn Memory> = Box::new(m);
+        assert_eq!(boxed.fetch_add(0x1008, 1), Ok(99));
     }
 }
