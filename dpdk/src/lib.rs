@@ -113,6 +113,8 @@ mod mempool;
 mod port;
 #[allow(unsafe_code)]
 mod tsc;
+/// RoCEv2 device on a port (issue 4): see the module docs.
+pub mod roce;
 
 pub use dpdk_sys as sys;
 /// Offload capability / enable bits (`RTE_ETH_{RX,TX}_OFFLOAD_*`).

@@ -1,0 +1,967 @@
+//! The RoCE device: a sans-IO transport [`Device`] bound to one DPDK port and queue.
+//!
+//! # Public API (for the CLI test modes, the libfabric provider and the UCX glue)
+//! ```text
+//! RoceConfig::new(PortId, QueueId)          fields: ipv4, ipv6, mac, eth_mtu, seed, neighbours,
+//!                                           pcap, faults, rx_burst, tx_burst, neigh, transport,
+//!                                           checksum_offload
+//! RoceDevice::new(cfg, &ConfiguredPort, Arc<Mempool>) -> Result<RoceDevice, RoceError>
+//!   (the port is configured and started by the caller; the pool's data room must hold
+//!    max_frame_len() bytes after the headroom: 1500-byte MTU → default pool, 9000 → 8 KiB)
+//! identity:   mac(), gids() / gid(index) (index 0 fe80::EUI-64, 1 ::ffff:IPv4 like rxe, then
+//!             further IPv4, then IPv6), gid_index(&Gid), path_mtu(), av(dgid, sgid_index)
+//! memory:     unsafe reg_mr(pd, addr, len, access) -> MemoryRegion {lkey, rkey, va, len};
+//!             dereg_mr(lkey); read_mem(addr, buf) / write_mem(addr, data) (registered ranges)
+//! verbs:      device() / device_mut(): &mut Device<ProcessMemory> for alloc_pd, create_cq,
+//!             create_qp, modify_qp (device::rc_connect::{init_attr, rtr_attr, rts_attr}),
+//!             query_qp (qp_num), post_send, post_recv, poll_cq, poll_event
+//! progress:   poll() -> Work (one RX burst, timers, TX up to tx_burst frames); now()
+//!             EngineThread::spawn(dev, cqs) for auto progress (see `thread`)
+//! neighbours: neighbours() -> [(ip, mac, static)], add_neighbour(ip, mac)
+//! stats:      stats() -> RoceStats {port, transport, engine, faults_rx, faults_tx};
+//!             format_roce_stats(port, &stats) ("show roce stats" block); flush_pcap()
+//! ```
+//!
+//! Addresses: the device resolves peers' MACs itself; the `dmac` of an address vector is
+//! ignored. Every frame from the transport is re-addressed at TX from the neighbour table by
+//! its IP destination; frames to an unknown IP wait (bounded) while ARP requests / neighbour
+//! solicitations go out (retries, then drop + count). ARP requests and NS for own addresses
+//! are answered; ARP and NA/NS sources are learned. Static entries from the config never
+//! expire.
+//!
+//! RX demultiplexing: ARP, ICMPv6 NS/NA, IPv4/IPv6 UDP to port 4791 (→ `handle_rx`);
+//! everything else is dropped and counted (`non_roce`). The engine checks the IPv4 header
+//! checksum (the transport's ICRC masks it; RX offload status is used when the port gives it)
+//! and trims Ethernet padding; the transport checks the ICRC.
+//!
+//! TX: `poll_transmit` writes straight into an mbuf's data room; frames the PMD does not take
+//! stay queued in order for the next `poll` (no drop, no leak). The transport always computes
+//! the IPv4 header checksum and sends UDP checksum 0 over IPv4 as rxe does; with
+//! `checksum_offload` and a port that enabled IPv4 checksum TX offload, frames are also
+//! flagged for it (the NIC then rewrites the same value).
+//!
+//! Timers: TSC time since the device was created, in ns, is the transport's `Instant`.
+//!
+//! Fault injection (test feature): see [`fault`]. Capture: see [`pcap`]; every ARP, ND and
+//! RoCE frame received (before RX faults) and sent (after TX faults).
+
+pub mod fault;
+#[allow(unsafe_code)]
+pub mod memory;
+pub mod neigh;
+pub mod pcap;
+pub mod thread;
+
+pub use fault::{FaultConfig, FaultCounters, FaultParseError, FaultProbs};
+pub use memory::ProcessMemory;
+pub use neigh::NeighConfig;
+pub use thread::{Command, EngineThread, Event, Reply, VerbError};
+
+use crate::{ConfiguredPort, Mbuf, MbufBatch, Mempool, PortId, PortStats, QueueId, Tsc, TscInstant};
+use droce_transport::counters::Counters;
+use droce_transport::qp::PathMtu;
+use droce_transport::verbs::mr::{DeregMrError, RegMrError};
+use droce_transport::verbs::{AccessFlags, AddressVector, MemoryRegion, PdHandle};
+use droce_transport::wire::{ArpOperation, ArpRepr, EthernetAddress};
+use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, MemoryError};
+use fault::{apply_corruption, FaultInjector};
+use neigh::{HoldResult, NeighTable, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
+use std::collections::VecDeque;
+use std::fmt::{self, Write as _};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Configuration of a [`RoceDevice`].
+#[derive(Debug, Clone)]
+pub struct RoceConfig {
+    pub port: PortId,
+    pub queue: QueueId,
+    pub ipv4: Vec<Ipv4Addr>,
+    pub ipv6: Vec<Ipv6Addr>,
+    /// Source MAC; `None`: the port's.
+    pub mac: Option<[u8; 6]>,
+    /// Ethernet MTU the path MTU derives from (1500 → 1024, 9000 → 4096 like rxe); `None`:
+    /// the configured port MTU.
+    pub eth_mtu: Option<u32>,
+    /// Seed of the transport's random choices (MR keys).
+    pub seed: u64,
+    /// Static neighbour entries (never expire).
+    pub neighbours: Vec<(IpAddr, [u8; 6])>,
+    /// Write every RoCE/ARP/ND frame sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Fault injection (a test feature).
+    pub faults: Option<FaultConfig>,
+    /// Most frames taken from the port per `poll`.
+    pub rx_burst: u16,
+    /// Most frames taken from the transport per `poll`.
+    pub tx_burst: u16,
+    pub neigh: NeighConfig,
+    /// Transport knobs (`max_unacked_psns`, `ack_coalesce`, `hop_limit`, `first_qpn`); its
+    /// `mac`, `gids`, `eth_mtu` and `seed` are set from the fields above.
+    pub transport: DeviceConfig,
+    /// Flag IPv4 frames for TX checksum offload when the port enabled it.
+    pub checksum_offload: bool,
+}
+
+impl RoceConfig {
+    pub fn new(port: PortId, queue: QueueId) -> Self {
+        RoceConfig {
+            port,
+            queue,
+            ipv4: Vec::new(),
+            ipv6: Vec::new(),
+            mac: None,
+            eth_mtu: None,
+            seed: 0,
+            neighbours: Vec::new(),
+            pcap: None,
+            faults: None,
+            rx_burst: 32,
+            tx_burst: 32,
+            neigh: NeighConfig::default(),
+            transport: DeviceConfig::default(),
+            checksum_offload: true,
+        }
+    }
+}
+
+/// Errors of [`RoceDevice::new`].
+#[derive(Debug)]
+pub enum RoceError {
+    Dpdk(crate::Error),
+    /// No IPv4 or IPv6 address configured.
+    NoAddress,
+    /// The pool's data room (after the headroom) cannot hold the largest frame.
+    PoolTooSmall { need: usize, have: usize },
+    Pcap(PathBuf, std::io::Error),
+}
+
+impl fmt::Display for RoceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RoceError::Dpdk(e) => write!(f, "{e}"),
+            RoceError::NoAddress => write!(f, "the RoCE device needs an IPv4 or IPv6 address"),
+            RoceError::PoolTooSmall { need, have } => {
+                write!(f, "mbuf data room too small for RoCE frames: need {need} bytes after the headroom, pool has {have}")
+            }
+            RoceError::Pcap(p, e) => write!(f, "cannot create pcap file {}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for RoceError {}
+
+impl From<crate::Error> for RoceError {
+    fn from(e: crate::Error) -> Self {
+        RoceError::Dpdk(e)
+    }
+}
+
+/// Counters of the engine itself (the transport and the port have their own).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineCounters {
+    pub rx_frames: u64,
+    pub rx_roce: u64,
+    pub tx_roce: u64,
+    pub arp_requests_rx: u64,
+    pub arp_replies_rx: u64,
+    pub arp_requests_tx: u64,
+    pub arp_replies_tx: u64,
+    pub nd_solicits_rx: u64,
+    pub nd_adverts_rx: u64,
+    pub nd_solicits_tx: u64,
+    pub nd_adverts_tx: u64,
+    /// Frames that are neither RoCEv2, ARP nor ND (dropped).
+    pub non_roce_drops: u64,
+    /// Frames shorter than their headers claim (dropped).
+    pub truncated: u64,
+    /// IPv4 header checksum errors (dropped).
+    pub bad_ip_cksum: u64,
+    /// Frames dropped because their destination never resolved.
+    pub neigh_unresolved_drops: u64,
+    /// Frames dropped because the per-destination hold queue was full.
+    pub neigh_queue_full: u64,
+    /// Frames from the transport with no usable IP destination (dropped).
+    pub tx_no_route: u64,
+    /// Mbuf allocation failures.
+    pub tx_nombuf: u64,
+    pub pcap_frames: u64,
+    pub pcap_errors: u64,
+    /// Faults injected, all kinds and directions (details in `faults_rx` / `faults_tx`).
+    pub injected_faults: u64,
+}
+
+impl EngineCounters {
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("rx_frames", self.rx_frames),
+            ("rx_roce", self.rx_roce),
+            ("tx_roce", self.tx_roce),
+            ("arp_requests_rx", self.arp_requests_rx),
+            ("arp_replies_rx", self.arp_replies_rx),
+            ("arp_requests_tx", self.arp_requests_tx),
+            ("arp_replies_tx", self.arp_replies_tx),
+            ("nd_solicits_rx", self.nd_solicits_rx),
+            ("nd_adverts_rx", self.nd_adverts_rx),
+            ("nd_solicits_tx", self.nd_solicits_tx),
+            ("nd_adverts_tx", self.nd_adverts_tx),
+            ("non_roce_drops", self.non_roce_drops),
+            ("truncated", self.truncated),
+            ("bad_ip_cksum", self.bad_ip_cksum),
+            ("neigh_unresolved_drops", self.neigh_unresolved_drops),
+            ("neigh_queue_full", self.neigh_queue_full),
+            ("tx_no_route", self.tx_no_route),
+            ("tx_nombuf", self.tx_nombuf),
+            ("pcap_frames", self.pcap_frames),
+            ("pcap_errors", self.pcap_errors),
+            ("injected_faults", self.injected_faults),
+        ]
+        .into_iter()
+    }
+}
+
+/// Everything `show roce stats` prints.
+#[derive(Debug, Clone, Default)]
+pub struct RoceStats {
+    pub port: PortStats,
+    pub transport: Counters,
+    pub engine: EngineCounters,
+    pub faults_rx: FaultCounters,
+    pub faults_tx: FaultCounters,
+}
+
+const BORDER: &str = "########################";
+
+/// The `show roce stats` block, laid out like testpmd's `show port stats` (three
+/// `name: value` columns per line).
+pub fn format_roce_stats(port: u16, s: &RoceStats) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "\n  {BORDER} RoCE statistics for port {port:<2} {BORDER}");
+    let _ = writeln!(
+        out,
+        "  RX-packets: {:<10} RX-missed: {:<10} RX-bytes:  {}",
+        s.port.ipackets, s.port.imissed, s.port.ibytes
+    );
+    let _ = writeln!(
+        out,
+        "  TX-packets: {:<10} TX-errors: {:<10} TX-bytes:  {}",
+        s.port.opackets, s.port.oerrors, s.port.obytes
+    );
+    let cols = |out: &mut String, title: &str, items: Vec<(&'static str, u64)>| {
+        let _ = writeln!(out, "\n  {title}");
+        for row in items.chunks(3) {
+            let mut line = String::from(" ");
+            for (k, v) in row {
+                let _ = write!(line, " {:<24}", format!("{k}: {v}"));
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+    };
+    cols(&mut out, "Transport", s.transport.iter().collect());
+    cols(&mut out, "Engine", s.engine.iter().collect());
+    let f = |d: &str, c: &FaultCounters| {
+        vec![
+            (if d == "rx" { "rx_fault_drop" } else { "tx_fault_drop" }, c.dropped),
+            (if d == "rx" { "rx_fault_dup" } else { "tx_fault_dup" }, c.duplicated),
+            (if d == "rx" { "rx_fault_reorder" } else { "tx_fault_reorder" }, c.reordered),
+            (if d == "rx" { "rx_fault_corrupt" } else { "tx_fault_corrupt" }, c.corrupted),
+        ]
+    };
+    if s.engine.injected_faults > 0 {
+        let mut v = f("rx", &s.faults_rx);
+        v.extend(f("tx", &s.faults_tx));
+        cols(&mut out, "Injected faults (test feature)", v);
+    }
+    let _ = writeln!(out, "  {BORDER}############################{BORDER}");
+    out
+}
+
+/// What one `poll` did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    pub rx: u32,
+    pub tx: u32,
+    pub timers: bool,
+}
+
+impl Work {
+    pub fn is_idle(&self) -> bool {
+        self.rx == 0 && self.tx == 0 && !self.timers
+    }
+}
+
+/// One held RX frame (fault reorder) and the time it was held.
+struct HeldRx {
+    frame: Vec<u8>,
+    since: u64,
+}
+
+/// How long a reordered frame waits for another to overtake it before it goes anyway.
+const REORDER_HOLD_NS: u64 = 200_000;
+
+/// A transport `Device` on a DPDK port and queue (see the module docs).
+pub struct RoceDevice {
+    cfg: RoceConfig,
+    dev: Device<ProcessMemory>,
+    port: crate::Port,
+    mac: [u8; 6],
+    gids: Vec<Gid>,
+    own_v6: Vec<Ipv6Addr>,
+    tx_ip_offload: bool,
+    rx_ip_offload: bool,
+    tsc: Tsc,
+    start: TscInstant,
+    neigh: NeighTable<Mbuf>,
+    counters: EngineCounters,
+    pcap: Option<pcap::PcapWriter>,
+    fault_rx: Option<FaultInjector>,
+    fault_tx: Option<FaultInjector>,
+    held_rx: Option<HeldRx>,
+    held_tx: Option<(Mbuf, u64)>,
+    scratch: Vec<u8>,
+    frame_len: usize,
+    rx_batch: MbufBatch<64>,
+    tx_batch: MbufBatch<64>,
+    tx_queue: VecDeque<Mbuf>,
+    spare: Option<Mbuf>,
+    // Dropped last: every mbuf above returns to it first.
+    pool: Arc<Mempool>,
+}
+
+impl fmt::Debug for RoceDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RoceDevice").field("port", &self.cfg.port).field("mac", &self.mac).field("gids", &self.gids).finish()
+    }
+}
+
+fn ipv4_header_ok(h: &[u8]) -> bool {
+    let mut sum: u32 = 0;
+    for c in h.chunks_exact(2) {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
+impl RoceDevice {
+    /// Bind a transport device to `configured`'s port (configured and started by the caller)
+    /// and `cfg.queue`. `pool` provides the TX mbufs.
+    pub fn new(cfg: RoceConfig, configured: &ConfiguredPort, pool: Arc<Mempool>) -> Result<RoceDevice, RoceError> {
+        if cfg.ipv4.is_empty() && cfg.ipv6.is_empty() {
+            return Err(RoceError::NoAddress);
+        }
+        let port = crate::Port::new(cfg.port)?;
+        let mac = match cfg.mac {
+            Some(m) => m,
+            None => port.mac_addr()?.0,
+        };
+        let eth_mtu = cfg.eth_mtu.unwrap_or(configured.mtu as u32);
+        // GID table like rxe: 0 = link-local from the MAC, 1.. = IPv4-mapped, then IPv6.
+        let ll = neigh::link_local_from_mac(mac);
+        let mut gids = vec![Gid::from_ipv6(ll)];
+        gids.extend(cfg.ipv4.iter().map(|a| Gid::from_ipv4(*a)));
+        gids.extend(cfg.ipv6.iter().filter(|a| **a != ll).map(|a| Gid::from_ipv6(*a)));
+        let mut own_v6 = vec![ll];
+        own_v6.extend(cfg.ipv6.iter().filter(|a| **a != ll));
+        let tcfg = DeviceConfig { mac, gids: gids.clone(), seed: cfg.seed, eth_mtu, ..cfg.transport.clone() };
+        let dev = Device::new(tcfg, ProcessMemory::new());
+        let frame_len = dev.max_frame_len();
+        let have = pool.data_room_size() as usize - crate::sys::RTE_PKTMBUF_HEADROOM as usize;
+        if have < frame_len {
+            return Err(RoceError::PoolTooSmall { need: frame_len, have });
+        }
+        let tsc = Tsc::new();
+        let start = tsc.now();
+        let pcap = match &cfg.pcap {
+            Some(p) => Some(pcap::PcapWriter::create(p, 0).map_err(|e| RoceError::Pcap(p.clone(), e))?),
+            None => None,
+        };
+        let mut neigh = NeighTable::new(cfg.neigh);
+        for (ip, m) in &cfg.neighbours {
+            neigh.add_static(*ip, *m);
+        }
+        let (fault_rx, fault_tx) = match &cfg.faults {
+            Some(f) => (
+                Some(FaultInjector::new(f.rx, f.seed)).filter(|i| i.is_active()),
+                Some(FaultInjector::new(f.tx, f.seed ^ 0x5eed_7a11)).filter(|i| i.is_active()),
+            ),
+            None => (None, None),
+        };
+        Ok(RoceDevice {
+            tx_ip_offload: cfg.checksum_offload && configured.tx_ipv4_cksum(),
+            rx_ip_offload: configured.rx_ipv4_cksum(),
+            cfg,
+            dev,
+            port,
+            mac,
+            gids,
+            own_v6,
+            tsc,
+            start,
+            neigh,
+            counters: EngineCounters::default(),
+            pcap,
+            fault_rx,
+            fault_tx,
+            held_rx: None,
+            held_tx: None,
+            scratch: Vec::with_capacity(frame_len.max(2048)),
+            frame_len,
+            rx_batch: MbufBatch::new(),
+            tx_batch: MbufBatch::new(),
+            tx_queue: VecDeque::new(),
+            spare: None,
+            pool,
+        })
+    }
+
+    // ------------------------------------------------------------------ identity
+
+    pub fn config(&self) -> &RoceConfig {
+        &self.cfg
+    }
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+    pub fn gids(&self) -> &[Gid] {
+        &self.gids
+    }
+    pub fn gid(&self, index: usize) -> Option<Gid> {
+        self.gids.get(index).copied()
+    }
+    pub fn gid_index(&self, gid: &Gid) -> Option<u8> {
+        self.gids.iter().position(|g| g == gid).map(|i| i as u8)
+    }
+    /// The port's path MTU (the largest a QP may use).
+    pub fn path_mtu(&self) -> PathMtu {
+        self.dev.port_mtu()
+    }
+    /// Address vector to `dgid` from our GID `sgid_index` (MAC resolved by the engine).
+    pub fn av(&self, dgid: Gid, sgid_index: u8) -> AddressVector {
+        AddressVector { dgid, dmac: [0; 6], sgid_index, hop_limit: 64, traffic_class: 0, flow_label: 0 }
+    }
+    /// Largest frame the transport produces (TX mbufs hold this much).
+    pub fn max_frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    pub fn device(&self) -> &Device<ProcessMemory> {
+        &self.dev
+    }
+    /// The transport device for verbs (PD, CQ, QP, post/poll). MRs over process memory go
+    /// through [`RoceDevice::reg_mr`] so that the memory layer knows the range.
+    pub fn device_mut(&mut self) -> &mut Device<ProcessMemory> {
+        &mut self.dev
+    }
+
+    /// Engine time: TSC nanoseconds since the device was created.
+    pub fn now(&self) -> Instant {
+        Instant(self.tsc.elapsed_ns(self.start))
+    }
+
+    // ------------------------------------------------------------------ memory
+
+    /// Register `len` bytes of process memory at `addr` as an MR of `pd`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay valid for reads and writes until `dereg_mr(lkey)` or the
+    /// drop of the device, and the application must not access it while a work request or a
+    /// remote peer may use it (see [`memory`]).
+    #[allow(unsafe_code)]
+    pub unsafe fn reg_mr(&mut self, pd: PdHandle, addr: *mut u8, len: usize, access: AccessFlags) -> Result<MemoryRegion, RegMrError> {
+        let mr = self.dev.reg_mr(pd, addr as u64, len as u64, access)?;
+        // SAFETY: forwarded from this function's contract.
+        if unsafe { self.dev.memory_mut().add_region(addr as u64, len as u64) }.is_err() {
+            let _ = self.dev.dereg_mr(mr.lkey);
+            return Err(RegMrError::InvalidRange);
+        }
+        Ok(mr)
+    }
+
+    /// Deregister an MR made with [`reg_mr`](Self::reg_mr); the range is no longer touched.
+    pub fn dereg_mr(&mut self, lkey: droce_transport::Lkey) -> Result<(), DeregMrError> {
+        let (va, len) = {
+            let mr = self.dev.query_mr(lkey).ok_or(DeregMrError::InvalidMr)?;
+            (mr.va, mr.len)
+        };
+        self.dev.dereg_mr(lkey)?;
+        self.dev.memory_mut().remove_region(va, len);
+        Ok(())
+    }
+
+    /// Copy registered memory out (for checks; no work request may be writing it).
+    pub fn read_mem(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        self.dev.memory().read(addr, buf)
+    }
+    /// Copy into registered memory (no work request may be using it).
+    pub fn write_mem(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        self.dev.memory_mut().write(addr, data)
+    }
+
+    // ------------------------------------------------------------------ neighbours
+
+    pub fn neighbours(&self) -> Vec<(IpAddr, [u8; 6], bool)> {
+        self.neigh.entries()
+    }
+    pub fn add_neighbour(&mut self, ip: IpAddr, mac: [u8; 6]) {
+        self.neigh.add_static(ip, mac);
+    }
+
+    // ------------------------------------------------------------------ stats
+
+    pub fn counters(&self) -> &EngineCounters {
+        &self.counters
+    }
+
+    pub fn stats(&self) -> RoceStats {
+        RoceStats {
+            port: self.port.stats().unwrap_or_default(),
+            transport: self.dev.counters().clone(),
+            engine: self.counters.clone(),
+            faults_rx: self.fault_rx.as_ref().map(|f| f.counters).unwrap_or_default(),
+            faults_tx: self.fault_tx.as_ref().map(|f| f.counters).unwrap_or_default(),
+        }
+    }
+
+    pub fn flush_pcap(&mut self) {
+        if let Some(p) = &mut self.pcap {
+            if p.flush().is_err() {
+                self.counters.pcap_errors += 1;
+            }
+        }
+    }
+
+    fn capture(&mut self, now: u64, frame: &[u8]) {
+        if let Some(p) = &mut self.pcap {
+            if p.write(now, frame).is_ok() {
+                self.counters.pcap_frames += 1;
+            } else {
+                self.counters.pcap_errors += 1;
+            }
+        }
+    }
+
+    fn sync_fault_total(&mut self) {
+        let sum = |c: FaultCounters| c.dropped + c.duplicated + c.reordered + c.corrupted;
+        self.counters.injected_faults = self.fault_rx.as_ref().map_or(0, |f| sum(f.counters))
+            + self.fault_tx.as_ref().map_or(0, |f| sum(f.counters));
+    }
+
+    // ------------------------------------------------------------------ the loop
+
+    /// One round: an RX burst (≤ `rx_burst`), due timers, up to `tx_burst` frames from the
+    /// transport, and a TX burst. Returns what happened so callers can spin or back off.
+    pub fn poll(&mut self) -> Work {
+        let mut work = Work::default();
+        let now = self.now();
+        // RX
+        if let Ok(n) = self.port.rx_burst_max(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst) {
+            work.rx = n as u32;
+        }
+        if work.rx > 0 {
+            let mut batch = core::mem::take(&mut self.rx_batch);
+            for m in batch.drain() {
+                self.rx_mbuf(now, m);
+            }
+            self.rx_batch = batch;
+        }
+        if let Some(h) = &self.held_rx {
+            if now.0.saturating_sub(h.since) >= REORDER_HOLD_NS {
+                let h = self.held_rx.take().map(|h| h.frame).unwrap_or_default();
+                self.rx_frame(now, &h);
+            }
+        }
+        // timers
+        if let Some(t) = self.dev.poll_timeout() {
+            if t <= now {
+                self.dev.handle_timeout(now);
+                work.timers = true;
+            }
+        }
+        if self.neigh.next_deadline().is_some_and(|t| t <= now.0) {
+            work.timers = true;
+            self.neigh_timers(now.0);
+        }
+        if let Some((_, since)) = &self.held_tx {
+            if now.0.saturating_sub(*since) >= REORDER_HOLD_NS {
+                if let Some((m, _)) = self.held_tx.take() {
+                    self.wire_tx(now.0, m);
+                }
+            }
+        }
+        // TX from the transport, bounded by the budget and by frames still waiting for the PMD
+        let room = (self.cfg.tx_burst as usize * 4).saturating_sub(self.tx_queue.len() + self.tx_batch.len());
+        let budget = (self.cfg.tx_burst as usize).min(room);
+        for _ in 0..budget {
+            let mut m = match self.spare.take() {
+                Some(m) => m,
+                None => match self.pool.alloc() {
+                    Ok(m) => m,
+                    Err(_) => {
+                        self.counters.tx_nombuf += 1;
+                        break;
+                    }
+                },
+            };
+            let Some(buf) = m.set_len(self.frame_len as u16) else {
+                self.counters.tx_nombuf += 1;
+                break;
+            };
+            match self.dev.poll_transmit(now, buf) {
+                Some(n) => {
+                    let _ = m.set_len(n as u16);
+                    work.tx += 1;
+                    self.counters.tx_roce += 1;
+                    self.route(now.0, m);
+                }
+                None => {
+                    self.spare = Some(m);
+                    break;
+                }
+            }
+        }
+        self.flush_tx();
+        work
+    }
+
+    fn flush_tx(&mut self) {
+        while !self.tx_batch.is_full() {
+            match self.tx_queue.pop_front() {
+                Some(m) => {
+                    if let Err(m) = self.tx_batch.push(m) {
+                        self.tx_queue.push_front(m);
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        if !self.tx_batch.is_empty() {
+            // Unsent frames stay in the batch (in order) for the next poll.
+            let _ = self.port.tx_burst(self.cfg.queue, &mut self.tx_batch);
+        }
+    }
+
+    /// Frames queued for the PMD, not yet taken by it.
+    pub fn tx_pending(&self) -> usize {
+        self.tx_queue.len() + self.tx_batch.len()
+    }
+
+    /// Address a transport frame from the neighbour table, or hold it and resolve.
+    fn route(&mut self, now: u64, mut m: Mbuf) {
+        let Some(ip) = neigh::frame_ip_dst(m.data()) else {
+            self.counters.tx_no_route += 1;
+            return;
+        };
+        match self.neigh.lookup(ip, now) {
+            Some(mac) => {
+                m.data_mut()[0..6].copy_from_slice(&mac);
+                self.wire_tx(now, m);
+            }
+            None => match self.neigh.hold(ip, m, now) {
+                HoldResult::HeldSendRequest => self.solicit(now, ip),
+                HoldResult::Held => {}
+                HoldResult::Full(_m) => self.counters.neigh_queue_full += 1,
+            },
+        }
+    }
+
+    /// The last step before the PMD: TX faults, capture, queue.
+    fn wire_tx(&mut self, now: u64, mut m: Mbuf) {
+        if let Some(f) = &mut self.fault_tx {
+            let a = f.decide(m.len());
+            self.sync_fault_total();
+            if a.drop {
+                return;
+            }
+            apply_corruption(m.data_mut(), &a);
+            if a.dup {
+                if let Ok(c) = self.pool.alloc_from_slice(m.data()) {
+                    self.enqueue_wire(now, c);
+                }
+            }
+            if a.reorder && self.held_tx.is_none() {
+                self.held_tx = Some((m, now));
+                return;
+            }
+        }
+        self.enqueue_wire(now, m);
+        if let Some((h, _)) = self.held_tx.take() {
+            self.enqueue_wire(now, h);
+        }
+    }
+
+    fn enqueue_wire(&mut self, now: u64, mut m: Mbuf) {
+        if self.pcap.is_some() {
+            let d = m.data().to_vec();
+            self.capture(now, &d);
+        }
+        if self.tx_ip_offload && m.len() >= 34 && m.data()[12..14] == [0x08, 0x00] {
+            let ihl = (m.data()[14] & 0x0f) as u16 * 4;
+            m.set_tx_ipv4_cksum_offload(14, ihl, true, false);
+        }
+        self.tx_queue.push_back(m);
+    }
+
+    fn control_frame(&mut self, now: u64, build: impl FnOnce(&mut [u8]) -> usize) {
+        let mut m = match self.pool.alloc() {
+            Ok(m) => m,
+            Err(_) => {
+                self.counters.tx_nombuf += 1;
+                return;
+            }
+        };
+        let Some(buf) = m.set_len(128) else {
+            self.counters.tx_nombuf += 1;
+            return;
+        };
+        let n = build(buf);
+        let _ = m.set_len(n as u16);
+        self.wire_tx(now, m);
+    }
+
+    /// Send an ARP request / neighbour solicitation for `ip`.
+    fn solicit(&mut self, now: u64, ip: IpAddr) {
+        let mac = self.mac;
+        match ip {
+            IpAddr::V4(t) => {
+                let Some(&src) = self.cfg.ipv4.first() else { return };
+                self.counters.arp_requests_tx += 1;
+                self.control_frame(now, |b| neigh::arp_request(b, mac, src, t));
+            }
+            IpAddr::V6(t) => {
+                // Source: a global address for global targets, the link-local otherwise.
+                let src = if t.segments()[0] & 0xffc0 == 0xfe80 { self.own_v6[0] } else { *self.own_v6.last().unwrap_or(&self.own_v6[0]) };
+                self.counters.nd_solicits_tx += 1;
+                self.control_frame(now, |b| neigh::nd_solicit(b, mac, src, t));
+            }
+        }
+    }
+
+    fn neigh_timers(&mut self, now: u64) {
+        let (retry, dropped) = self.neigh.on_timer(now);
+        self.counters.neigh_unresolved_drops += dropped.len() as u64;
+        drop(dropped);
+        for ip in retry {
+            self.solicit(now, ip);
+        }
+    }
+
+    fn learned(&mut self, now: u64, ip: IpAddr, mac: [u8; 6]) {
+        for mut m in self.neigh.learn(ip, mac, now) {
+            m.data_mut()[0..6].copy_from_slice(&mac);
+            self.wire_tx(now, m);
+        }
+    }
+
+    // ------------------------------------------------------------------ receive
+
+    fn rx_mbuf(&mut self, now: Instant, m: Mbuf) {
+        self.counters.rx_frames += 1;
+        if m.nb_segs() == 1 && self.fault_rx.is_none() {
+            // The common path: parse in the mbuf, no copy before the transport.
+            self.rx_frame_with_mbuf(now, &m);
+            return;
+        }
+        let mut frame = core::mem::take(&mut self.scratch);
+        frame.clear();
+        frame.extend_from_slice(&m.to_vec());
+        drop(m);
+        if self.pcap.is_some() && is_captured(&frame) {
+            let copy = frame.clone();
+            self.capture(now.0, &copy);
+        }
+        let len = frame.len();
+        match self.fault_rx.as_mut().map(|f| f.decide(len)) {
+            Some(a) => {
+                self.sync_fault_total();
+                if !a.drop {
+                    apply_corruption(&mut frame, &a);
+                    if a.reorder && self.held_rx.is_none() {
+                        self.held_rx = Some(HeldRx { frame: frame.clone(), since: now.0 });
+                    } else {
+                        self.demux(now, &frame, None);
+                        if a.dup {
+                            self.demux(now, &frame, None);
+                        }
+                        if let Some(h) = self.held_rx.take() {
+                            self.demux(now, &h.frame, None);
+                        }
+                    }
+                }
+            }
+            None => self.demux(now, &frame, None),
+        }
+        self.scratch = frame;
+    }
+
+    fn rx_frame_with_mbuf(&mut self, now: Instant, m: &Mbuf) {
+        let d = m.data();
+        if self.pcap.is_some() && is_captured(d) {
+            self.capture(now.0, d);
+        }
+        let ip_ok = if self.rx_ip_offload { Some(m.rx_ip_cksum()) } else { None };
+        self.demux(now, d, ip_ok);
+    }
+
+    /// A frame released from the RX reorder hold.
+    fn rx_frame(&mut self, now: Instant, frame: &[u8]) {
+        self.demux(now, frame, None);
+    }
+
+    fn demux(&mut self, now: Instant, f: &[u8], ip_cksum: Option<crate::CksumStatus>) {
+        if f.len() < 14 {
+            self.counters.truncated += 1;
+            return;
+        }
+        match u16::from_be_bytes([f[12], f[13]]) {
+            ETHERTYPE_ARP => self.rx_arp(now.0, f),
+            ETHERTYPE_IPV4 => {
+                if f.len() < 34 {
+                    self.counters.truncated += 1;
+                    return;
+                }
+                let ihl = (f[14] & 0x0f) as usize * 4;
+                let total = u16::from_be_bytes([f[16], f[17]]) as usize;
+                if f[14] >> 4 != 4 || ihl < 20 || total < ihl + 8 {
+                    self.counters.non_roce_drops += 1;
+                    return;
+                }
+                if 14 + total > f.len() {
+                    self.counters.truncated += 1;
+                    return;
+                }
+                let ok = match ip_cksum {
+                    Some(crate::CksumStatus::Good) => true,
+                    Some(crate::CksumStatus::Bad) => false,
+                    _ => ipv4_header_ok(&f[14..14 + ihl]),
+                };
+                let udp = 14 + ihl;
+                if f[23] != 17 || u16::from_be_bytes([f[udp + 2], f[udp + 3]]) != droce_transport::wire::ROCE_V2_PORT {
+                    self.counters.non_roce_drops += 1;
+                    return;
+                }
+                if !ok {
+                    self.counters.bad_ip_cksum += 1;
+                    return;
+                }
+                self.counters.rx_roce += 1;
+                self.dev.handle_rx(now, &f[..14 + total]);
+            }
+            ETHERTYPE_IPV6 => {
+                if f.len() < 54 {
+                    self.counters.truncated += 1;
+                    return;
+                }
+                let plen = u16::from_be_bytes([f[18], f[19]]) as usize;
+                if 54 + plen > f.len() {
+                    self.counters.truncated += 1;
+                    return;
+                }
+                match f[20] {
+                    IPPROTO_ICMPV6 => self.rx_nd(now.0, f),
+                    17 if plen >= 8 && u16::from_be_bytes([f[56], f[57]]) == droce_transport::wire::ROCE_V2_PORT => {
+                        self.counters.rx_roce += 1;
+                        self.dev.handle_rx(now, &f[..54 + plen]);
+                    }
+                    _ => self.counters.non_roce_drops += 1,
+                }
+            }
+            _ => self.counters.non_roce_drops += 1,
+        }
+    }
+
+    fn rx_arp(&mut self, now: u64, f: &[u8]) {
+        let Some(r) = neigh::parse_arp(&f[14..]) else {
+            self.counters.non_roce_drops += 1;
+            return;
+        };
+        let sender = IpAddr::V4(r.source_protocol_addr);
+        let for_us = self.cfg.ipv4.contains(&r.target_protocol_addr);
+        match r.operation {
+            ArpOperation::Request => self.counters.arp_requests_rx += 1,
+            ArpOperation::Reply => self.counters.arp_replies_rx += 1,
+            _ => {
+                self.counters.non_roce_drops += 1;
+                return;
+            }
+        }
+        // RFC 826: update a known sender; add it when the packet is for us.
+        let smac = r.source_hardware_addr.0;
+        if (for_us || self.neigh.knows(sender) || self.neigh.is_pending(sender)) && r.source_protocol_addr != Ipv4Addr::UNSPECIFIED && smac != [0; 6] {
+            self.learned(now, sender, smac);
+        }
+        if for_us && r.operation == ArpOperation::Request {
+            let reply = ArpRepr {
+                operation: ArpOperation::Reply,
+                source_hardware_addr: EthernetAddress(self.mac),
+                source_protocol_addr: r.target_protocol_addr,
+                target_hardware_addr: r.source_hardware_addr,
+                target_protocol_addr: r.source_protocol_addr,
+            };
+            self.counters.arp_replies_tx += 1;
+            self.control_frame(now, |b| neigh::arp_frame(b, smac, &reply));
+        }
+    }
+
+    fn rx_nd(&mut self, now: u64, f: &[u8]) {
+        let Some(m) = neigh::parse_nd(&f[14..]) else {
+            self.counters.non_roce_drops += 1;
+            return;
+        };
+        let ours = self.own_v6.contains(&m.target);
+        if m.ty == neigh::ND_NEIGHBOR_SOLICIT {
+            self.counters.nd_solicits_rx += 1;
+            if !ours {
+                return;
+            }
+            let smac: [u8; 6] = f[6..12].try_into().unwrap_or([0; 6]);
+            let lladdr = m.lladdr.unwrap_or(smac);
+            if !m.src.is_unspecified() {
+                self.learned(now, IpAddr::V6(m.src), lladdr);
+                let (mac, target, src) = (self.mac, m.target, m.src);
+                self.counters.nd_adverts_tx += 1;
+                self.control_frame(now, |b| neigh::nd_advert(b, mac, target, src, lladdr));
+            }
+        } else {
+            self.counters.nd_adverts_rx += 1;
+            let smac: [u8; 6] = f[6..12].try_into().unwrap_or([0; 6]);
+            let ip = IpAddr::V6(m.target);
+            if self.neigh.is_pending(ip) || self.neigh.knows(ip) {
+                self.learned(now, ip, m.lladdr.unwrap_or(smac));
+            }
+        }
+    }
+}
+
+/// Whether a frame is one the capture keeps: ARP, ICMPv6, UDP to 4791.
+fn is_captured(f: &[u8]) -> bool {
+    if f.len() < 14 {
+        return false;
+    }
+    match u16::from_be_bytes([f[12], f[13]]) {
+        ETHERTYPE_ARP => true,
+        ETHERTYPE_IPV4 => {
+            if f.len() < 34 {
+                return false;
+            }
+            let ihl = (f[14] & 0x0f) as usize * 4;
+            f[23] == 17 && f.len() >= 14 + ihl + 4 && u16::from_be_bytes([f[14 + ihl + 2], f[14 + ihl + 3]]) == 4791
+        }
+        ETHERTYPE_IPV6 => {
+            f.len() >= 58 && (f[20] == IPPROTO_ICMPV6 || (f[20] == 17 && u16::from_be_bytes([f[56], f[57]]) == 4791))
+        }
+        _ => false,
+    }
+}
+
+impl Drop for RoceDevice {
+    fn drop(&mut self) {
+        self.flush_pcap();
+        // Held frames, spare, queues are plain `Mbuf`s/batches: their drops free them before
+        // the pool (declared last).
+    }
+}
