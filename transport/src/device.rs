@@ -98,6 +98,9 @@ pub enum AsyncEvent {
     QpFatal(QpHandle, WcStatus),
     /// An SRQ dropped below its armed limit.
     SrqLimitReached(SrqHandle),
+    /// A QP in SQD has no outstanding send work left (IBA 11.6.3.1, requested with
+    /// `en_sqd_async_notify` on the RTS -> SQD transition).
+    SqDrained(QpHandle),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -603,12 +606,14 @@ impl<M: Memory> Device<M> {
             }
             s => {
                 q.state = s;
+                q.sqd_notify = s == QpState::Sqd && cur != QpState::Sqd && q.attr.en_sqd_async_notify;
                 if ty == QpType::Ud && s == QpState::Init {
                     // UD packets never exceed the port MTU.
                     q.attr.path_mtu = self.port_mtu;
                 }
             }
         }
+        self.check_sq_drained(qp.0);
         self.mark_ready(qp.0);
         Ok(())
     }
@@ -848,8 +853,22 @@ impl<M: Memory> Device<M> {
             }
         }
         fx.error_status = None;
+        self.check_sq_drained(idx);
         self.schedule(idx);
         self.mark_ready(idx);
+    }
+
+    /// Report SQ drained once: in SQD, nothing in flight and no started WQE left.
+    fn check_sq_drained(&mut self, idx: u32) {
+        let Some(q) = self.qps.get_mut(idx) else { return };
+        if q.state != QpState::Sqd || !q.sqd_notify {
+            return;
+        }
+        let busy = q.req.has_unacked(q.comp.psn) || q.req.sq.iter().any(|w| w.started);
+        if !busy {
+            q.sqd_notify = false;
+            self.events.push_back(AsyncEvent::SqDrained(QpHandle(idx)));
+        }
     }
 
     // ---------------------------------------------------------------- timers

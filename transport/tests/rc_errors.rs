@@ -385,3 +385,31 @@ fn pd_and_mr_lifecycle() {
     p.run_idle(100_000);
     assert_eq!(drain(&mut p, false)[0].status, WcStatus::RemAccessErr);
 }
+
+#[test]
+fn sqd_drains_then_notifies() {
+    use droce_transport::qp::{QpAttr, QpAttrMask};
+    let mut p = Pair::new(LinkConfig::PERFECT, 13, MEM);
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
+    for i in 0..3 {
+        p.b.dev.post_recv(qb, RecvWr::new(i).with_sge(MEM_BASE + 0x10000, 8192, lb)).unwrap();
+    }
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 4096, la)).unwrap();
+    // Start the first message, then ask for SQD: it finishes, the second one does not start.
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let n = p.a.dev.poll_transmit(p.now, &mut buf).unwrap();
+    p.b.dev.handle_rx(p.now, &buf[..n]);
+    p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(MEM_BASE, 8, la)).unwrap();
+    let sqd = QpAttr { qp_state: QpState::Sqd, en_sqd_async_notify: true, ..QpAttr::default() };
+    p.a.dev.modify_qp(qa, &sqd, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY).unwrap();
+    assert_eq!(p.a.dev.poll_event(), None, "not drained yet");
+    p.run_idle(100_000);
+    let w: Vec<_> = drain(&mut p, false).iter().map(|w| w.wr_id).collect();
+    assert_eq!(w, vec![1]);
+    assert_eq!(p.a.dev.poll_event(), Some(AsyncEvent::SqDrained(qa)));
+    // Back to RTS: the queued WR goes out.
+    p.a.dev.modify_qp(qa, &QpAttr { qp_state: QpState::Rts, ..QpAttr::default() }, QpAttrMask::STATE).unwrap();
+    p.run_idle(100_000);
+    assert_eq!(drain(&mut p, false)[0].wr_id, 2);
+}

@@ -75,6 +75,8 @@ pub(crate) struct Qp {
     pub scheduled: Option<crate::time::Instant>,
     /// Queued in the device's transmit round robin.
     pub in_ready: bool,
+    /// An SQ drained event is owed (SQD entered with en_sqd_async_notify).
+    pub sqd_notify: bool,
 }
 
 impl Qp {
@@ -94,6 +96,7 @@ impl Qp {
             timers: TimerTable::default(),
             scheduled: None,
             in_ready: false,
+            sqd_notify: false,
         }
     }
 
