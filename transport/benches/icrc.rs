@@ -15,6 +15,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 type Update = fn(u32, &[u8]) -> u32;
+type Impl<'a> = &'a dyn Fn(&[u8]) -> u32;
 
 static CRC_TABLE1: crc::Crc<u32, crc::Table<1>> =
     crc::Crc::<u32, crc::Table<1>>::new(&crc::CRC_32_ISO_HDLC);
@@ -102,7 +103,7 @@ fn frame(payload_len: usize) -> Vec<u8> {
 /// Returns GB/s over the ICRC-covered bytes (IP header to the end of the pad) for each
 /// implementation. The implementations are measured in interleaved rounds and the best round
 /// of each counts, so that other load on the machine hits them alike.
-fn measure(fs: &[&dyn Fn(&[u8]) -> u32], body: &[u8]) -> Vec<f64> {
+fn measure(fs: &[Impl<'_>], body: &[u8]) -> Vec<f64> {
     // `cargo bench` passes --bench; under `cargo test --benches` only a quick smoke run.
     let default_ms = if std::env::args().any(|a| a == "--bench") {
         1500

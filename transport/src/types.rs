@@ -16,8 +16,9 @@ const HALF_24: u32 = 0x0080_0000;
 /// Packet Sequence Number: 24 bits, wrapping (IBA 9.7.1).
 ///
 /// `PartialOrd` is the window comparison: `a > b` when `a` is less than 2^23 ahead of `b`
-/// on the circle. It is therefore not transitive over the whole circle; only compare PSNs
-/// that are known to lie within half a circle of each other (always true inside a QP window).
+/// on the circle (PSNs exactly 2^23 apart are incomparable). It is not transitive over the
+/// whole circle; only compare PSNs known to lie within half a circle of each other (always
+/// true inside a QP window).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Psn(u32);
 
@@ -82,16 +83,17 @@ impl Psn {
 }
 
 impl PartialOrd for Psn {
+    /// Window order: `Greater` when `self` is less than half a circle ahead of `other`,
+    /// `Less` when behind, and `None` for two PSNs exactly half a circle (2^23) apart, which
+    /// are neither (so that `a < b` and `b < a` are never both true).
     fn partial_cmp(&self, other: &Psn) -> Option<core::cmp::Ordering> {
         use core::cmp::Ordering::*;
-        let d = self.forward_distance(*other);
-        Some(if d == 0 {
-            Equal
-        } else if d < HALF_24 {
-            Greater
-        } else {
-            Less
-        })
+        match self.forward_distance(*other) {
+            0 => Some(Equal),
+            d if d < HALF_24 => Some(Greater),
+            HALF_24 => None,
+            _ => Some(Less),
+        }
     }
 }
 
@@ -399,9 +401,11 @@ mod tests {
         assert_eq!(b - a, 0x20);
         assert_eq!(a - b, -0x20);
         assert_eq!(a.distance(a), 0);
-        // Exactly half a circle apart: each counts as behind the other.
+        // Exactly half a circle apart: neither is ahead.
         let c = Psn::new(0x800000);
-        assert!(Psn::ZERO < c && c < Psn::ZERO);
+        assert_eq!(Psn::ZERO.partial_cmp(&c), None);
+        assert_eq!(c.partial_cmp(&Psn::ZERO), None);
+        assert!(!c.is_after(Psn::ZERO) && !c.is_before(Psn::ZERO));
         assert_eq!(c.distance(Psn::ZERO), -0x800000);
         assert_eq!(Psn::new(0x7fffff).distance(Psn::ZERO), 0x7fffff);
         assert!(Psn::new(2).in_window(Psn::MAX, 4));
