@@ -253,7 +253,7 @@ pub fn format_roce_stats(port: u16, s: &RoceStats) -> String {
         for row in items.chunks(3) {
             let mut line = String::from(" ");
             for (k, v) in row {
-                let _ = write!(line, " {:<24}", format!("{k}: {v}"));
+                let _ = write!(line, " {:<28}", format!("{k}: {v}"));
             }
             let _ = writeln!(out, "{}", line.trim_end());
         }
