@@ -15,10 +15,11 @@ usage: droce-dump [--help] FILE...
 
 Reads pcap or pcapng captures (Ethernet link type) and prints one line per frame:
   frame number, opcode name, source -> destination (IP address, i.e. the GID; IPv4 for
-  IPv4-mapped GIDs), dqp=destination QPN, psn=PSN, A=AckReq, se=1 when solicited, the
-  extension headers (RETH va/rkey/len, AETH syndrome/MSN, DETH qkey/srcqp, AtomicETH
-  va/rkey/swap_add/compare, AtomicAckETH orig, ImmDt imm, IETH rkey), payload length and
-  icrc=ok|bad. Frames that are not RoCEv2 are shown as skipped.
+  IPv4-mapped GIDs), dqp=destination QPN, psn=PSN, A=AckReq (se, mig, tver, fecn/becn and
+  pkey only when set or not default), the extension headers (RETH va/rkey/len, AETH
+  syndrome/MSN, DETH qkey/srcqp, AtomicETH va/rkey/swap_add/compare, AtomicAckETH orig,
+  ImmDt imm, IETH rkey), payload length and icrc=ok|bad. Frames that are not RoCEv2 are
+  shown as skipped.
 
 Exit status: 0 when every RoCEv2 frame parses and its ICRC verifies; 1 when some RoCEv2
 frame is malformed or has a bad ICRC; 2 when a file cannot be read or is not a valid
@@ -99,6 +100,12 @@ fn describe(r: &RoceRepr, payload_len: usize) -> String {
     );
     if r.bth.solicited {
         s.push_str(" se=1");
+    }
+    if r.bth.mig_req {
+        s.push_str(" mig=1");
+    }
+    if r.bth.tver != 0 {
+        let _ = write!(s, " tver={}", r.bth.tver);
     }
     if r.bth.fecn || r.bth.becn {
         let _ = write!(s, " fecn={} becn={}", r.bth.fecn as u8, r.bth.becn as u8);
