@@ -10,7 +10,9 @@
 //! `rx:drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001;tx:drop=0.01;seed=7`
 //! Sections are separated by `;`; `rx:` / `tx:` take `key=probability` pairs (keys `drop`,
 //! `dup`, `reorder`, `corrupt`, probabilities in 0..=1), `seed=N` sets the seed (default 1).
-//! `both:` applies the same pairs to RX and TX.
+//! `both:` applies the same pairs to RX and TX. Corruption hits RoCE frames only (see
+//! [`FaultInjector::decide`]); drop, dup and reorder hit every frame the engine handles
+//! (RoCE, ARP, ND on TX; every received frame on RX).
 
 use std::fmt;
 use std::str::FromStr;
@@ -187,7 +189,11 @@ impl FaultInjector {
 
     /// Decide the fate of a frame of `len` bytes. Always draws the same number of random
     /// values per frame, so decisions for frame N depend only on the seed and N.
-    pub fn decide(&mut self, len: usize) -> FaultAction {
+    /// `corruptible`: whether the frame may be corrupted. The engine passes `true` for RoCE
+    /// frames only: their ICRC catches a flipped bit; ARP and ND have no check of their own
+    /// (on a real wire the Ethernet FCS drops a damaged frame), so a flipped ARP sender MAC
+    /// would poison the neighbour table, which is not the fault being tested.
+    pub fn decide(&mut self, len: usize, corruptible: bool) -> FaultAction {
         let (d, u, r, c) = (self.rng.unit(), self.rng.unit(), self.rng.unit(), self.rng.unit());
         let pos = self.rng.next_u64();
         let mut a = FaultAction::default();
@@ -204,7 +210,7 @@ impl FaultInjector {
             a.reorder = true;
             self.counters.reordered += 1;
         }
-        if c < self.probs.corrupt && len > 0 {
+        if corruptible && c < self.probs.corrupt && len > 0 {
             a.corrupt = Some(((pos >> 8) as usize % len, (pos & 7) as u8));
             self.counters.corrupted += 1;
         }
@@ -252,8 +258,8 @@ mod tests {
         let p = FaultProbs { drop: 0.1, dup: 0.05, reorder: 0.02, corrupt: 0.01 };
         let mut a = FaultInjector::new(p, 9);
         let mut b = FaultInjector::new(p, 9);
-        let va: Vec<_> = (0..10_000).map(|_| a.decide(100)).collect();
-        let vb: Vec<_> = (0..10_000).map(|_| b.decide(100)).collect();
+        let va: Vec<_> = (0..10_000).map(|_| a.decide(100, true)).collect();
+        let vb: Vec<_> = (0..10_000).map(|_| b.decide(100, true)).collect();
         assert_eq!(va, vb, "same seed, same faults");
         let c = a.counters;
         assert!((800..1200).contains(&c.dropped), "{c:?}");
@@ -262,10 +268,10 @@ mod tests {
         assert!((40..170).contains(&c.corrupted), "{c:?}");
         assert!(va.iter().all(|x| x.corrupt.map_or(true, |(i, bit)| i < 100 && bit < 8)));
         let mut other = FaultInjector::new(p, 10);
-        let vo: Vec<_> = (0..1000).map(|_| other.decide(100)).collect();
+        let vo: Vec<_> = (0..1000).map(|_| other.decide(100, true)).collect();
         assert_ne!(vo, va[..1000].to_vec(), "another seed, other faults");
         let mut none = FaultInjector::new(FaultProbs::default(), 1);
         assert!(!none.is_active());
-        assert!((0..1000).all(|_| none.decide(60) == FaultAction::default()));
+        assert!((0..1000).all(|_| none.decide(60, true) == FaultAction::default()));
     }
 }

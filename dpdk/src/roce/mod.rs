@@ -672,7 +672,7 @@ impl RoceDevice {
     /// The last step before the PMD: TX faults, capture, queue.
     fn wire_tx(&mut self, now: u64, mut m: Mbuf) {
         if let Some(f) = &mut self.fault_tx {
-            let a = f.decide(m.len());
+            let a = f.decide(m.len(), is_roce(m.data()));
             self.sync_fault_total();
             if a.drop {
                 return;
@@ -775,7 +775,8 @@ impl RoceDevice {
             self.capture(now.0, &copy);
         }
         let len = frame.len();
-        match self.fault_rx.as_mut().map(|f| f.decide(len)) {
+        let roce = is_roce(&frame);
+        match self.fault_rx.as_mut().map(|f| f.decide(len, roce)) {
             Some(a) => {
                 self.sync_fault_total();
                 if !a.drop {
@@ -935,6 +936,11 @@ impl RoceDevice {
             }
         }
     }
+}
+
+/// Whether a frame is RoCEv2 (IPv4 or IPv6, UDP to 4791).
+fn is_roce(f: &[u8]) -> bool {
+    is_captured(f) && f[12..14] != [0x08, 0x06] && !(f[12..14] == [0x86, 0xdd] && f[20] == IPPROTO_ICMPV6)
 }
 
 /// Whether a frame is one the capture keeps: ARP, ICMPv6, UDP to 4791.
