@@ -261,6 +261,11 @@ impl App {
         let (lcores, _) = self.plan_lcores(pairs.len(), batch);
         print!("{}", self.fwd_config_text(batch));
         let base: Vec<PortCounters> = (0..self.nb_ports()).map(|p| self.counters(p)).collect();
+        // The first "Throughput (since last show)" of a run then covers the run so far.
+        let now = Instant::now();
+        for (st, c) in self.ports.iter_mut().zip(&base) {
+            st.meter.update(now, c);
+        }
         let mut built: Vec<(Box<dyn Stream>, Stream1)> = Vec::new();
         for (rx, tx) in pairs {
             let spec = StreamSpec {
