@@ -343,7 +343,7 @@ fn memif_two_processes_txonly_to_rxonly_1500() {
 
 #[test]
 fn prompt_over_stdin() {
-    let script = "help\nshow port info all\nshow config fwd\nset fwd txonly\nstart\n#pause\nshow port stats all\nfrobnicate now\nshow port stats 7\nstart\nstop\nshow fwd stats all\nclear port stats all\nshow port stats 0\nquit\n";
+    let script = "help\nshow port info all\nshow config fwd\nset fwd txonly\nstart\n#pause\nshow port stats all\nfrobnicate now\nshow port stats 7\nstart\nstop\nshow fwd stats all\nclear port stats all\nshow port stats 0\nshow port xstats 0\nset promisc all off\nshow port info 0\nquit\n";
     let o = run(&args(eal("prompt"), &["-l", "0", "--vdev=net_null0"], &["-i"]), Some(script));
     assert_ok(&o);
     let errs: Vec<&str> = o.stderr.lines().filter(|l| l.starts_with("droce-pmd: error:")).collect();
@@ -353,6 +353,8 @@ fn prompt_over_stdin() {
             "droce-pmd: error: unknown command 'frobnicate now'; type 'help' for the list of commands",
             "droce-pmd: error: port 7 out of range: valid ports are 0 or 'all'",
             "droce-pmd: error: packet forwarding already started; type 'stop' first",
+            // net_null cannot leave promiscuous mode: the PMD's refusal is one line too.
+            "droce-pmd: error: port 0: rte_eth_promiscuous_disable failed: Operation not supported (errno 95)",
         ],
         "stderr:\n{}",
         o.stderr
@@ -361,6 +363,8 @@ fn prompt_over_stdin() {
     assert!(o.stdout.contains("Set txonly packet forwarding mode"));
     assert!(o.stdout.contains("Device name: net_null0"));
     assert!(o.stdout.contains("NIC statistics for port 0 cleared"));
+    assert!(o.stdout.contains("NIC extended statistics for port 0"));
+    assert!(o.stdout.contains("Promiscuous mode: enabled"));
     let (_, acc) = fwd_stats(&o.stdout);
     assert!(acc.tx > 0, "{acc:?}");
     assert!(o.stdout.trim_end().ends_with("Done"), "{}", o.stdout);
