@@ -151,3 +151,12 @@ mod tests {
         assert!(text.contains("hello from fd1"), "{text:?}");
     }
 }
+
+/// Restores the default SIGPIPE action (Rust ignores it, which turns `droce-pmd | head` into a
+/// panic on the next `println!`); like dpdk-testpmd, the process then ends quietly.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal disposition to SIG_DFL at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}

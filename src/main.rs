@@ -15,6 +15,7 @@ mod pkt;
 mod stats;
 
 fn main() {
+    capture::default_sigpipe();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let code = match args::parse(&argv) {
         Ok(args::Parsed::Help) => {
