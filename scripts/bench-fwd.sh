@@ -42,6 +42,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# EAL's runtime directory (dpdk-testpmd leaves its per-prefix directory behind).
+if [ "$(id -u)" -eq 0 ]; then RUNDIR=/var/run/dpdk; else RUNDIR="${XDG_RUNTIME_DIR:-/tmp}/dpdk"; fi
+
 CPU_RX=0
 CPU_TX=$(( $(nproc) > 1 ? 1 : 0 ))
 EAL_COMMON=(--no-huge -m 1024 --no-pci --no-shconf)
@@ -81,6 +84,7 @@ run_one() {
   # Stop the receiver first (its last samples are already printed), then the sender.
   kill -INT "$rxpid" 2>/dev/null || true; wait "$rxpid" 2>/dev/null || true
   kill -INT "$txpid" 2>/dev/null || true; wait "$txpid" 2>/dev/null || true
+  rm -rf "${RUNDIR:?}/rx-$tag" "${RUNDIR:?}/tx-$tag"
   grep -E '^ *Rx-pps: +[1-9]' "$rxlog" | awk -v w="$WARMUP" -v n="$WINDOW" '
     { i++; if (i > w && i <= w + n) { s += $2; c++ } }
     END { if (c < n) { print "ERR"; exit } printf "%d\n", s / c }'

@@ -38,12 +38,26 @@ struct Out {
 
 struct Proc {
     child: Child,
+    /// EAL runtime directory of the child, removed after it ends (a crashed child leaves it).
+    runtime_dir: Option<std::path::PathBuf>,
     stdin: Option<std::process::ChildStdin>,
     started: Instant,
     out: Option<std::thread::JoinHandle<String>>,
     /// Stdout so far, for waiting on a line while the process runs.
     live: std::sync::Arc<std::sync::Mutex<String>>,
     err: Option<std::thread::JoinHandle<String>>,
+}
+
+/// Where EAL keeps a process's runtime files for `--file-prefix=prefix`.
+fn runtime_dir(prefix: &str) -> std::path::PathBuf {
+    // SAFETY: geteuid(2) has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let base = if root {
+        std::path::PathBuf::from("/var/run/dpdk")
+    } else {
+        std::path::PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".into())).join("dpdk")
+    };
+    base.join(prefix)
 }
 
 /// A process whose stdin the test writes line by line (`Proc::send`).
@@ -98,7 +112,8 @@ fn spawn(args: &[String], stdin: Option<&str>) -> Proc {
         let _ = se.read_to_string(&mut s);
         s
     });
-    Proc { child, stdin: None, started: Instant::now(), out: Some(out), live, err: Some(err) }
+    let runtime_dir = args.iter().find_map(|a| a.strip_prefix("--file-prefix=")).map(runtime_dir);
+    Proc { child, runtime_dir, stdin: None, started: Instant::now(), out: Some(out), live, err: Some(err) }
 }
 
 impl Proc {
@@ -155,6 +170,9 @@ impl Drop for Proc {
         if let Ok(None) = self.child.try_wait() {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+        if let Some(d) = self.runtime_dir.take() {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 }
