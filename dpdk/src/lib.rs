@@ -40,6 +40,9 @@
 //! rdtsc(), tsc_hz(), Tsc::new() (cycles_to_ns, ns_to_cycles, now, elapsed_ns), TscInstant
 //! Error (Display has rte_strerror text), strerror(errno), Result<T>
 //! offload bit constants: dpdk_sys::consts::*, re-exported as `offload`
+//! roce::RoceDevice (issue 4): a droce-transport Device on a port+queue with ARP/ND, GID table,
+//!   UDP 4791 demux, TSC timers, budgeted poll(), pcap, fault injection, EngineThread (auto
+//!   progress over ringbuf SPSC rings); API page in the `roce` module docs
 //! ```
 //!
 //! # Ownership rules

@@ -57,18 +57,28 @@ fn lossy_rc_data_verified() {
         assert_eq!(read(&b, dst, len), data, "SEND round {i}");
         // WRITE somewhere else, READ it back
         let remote = rb.base + 0x10000 + (i % 4) * 0x4000;
-        a.device_mut().post_send(qa, SendWr::new(i, SendOpcode::Write).with_sge(src, len as u32, ra.mr.lkey).with_remote(remote, rb.mr.rkey)).unwrap();
+        a.device_mut()
+            .post_send(qa, SendWr::new(i, SendOpcode::Write).with_sge(src, len as u32, ra.mr.lkey).with_remote(remote, rb.mr.rkey))
+            .unwrap();
         let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
         assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaWrite), "round {i}");
         assert_eq!(read(&b, remote, len), data, "WRITE round {i}");
         a.write_mem(back, &vec![0; len]).unwrap();
-        a.device_mut().post_send(qa, SendWr::new(i, SendOpcode::Read).with_sge(back, len as u32, ra.mr.lkey).with_remote(remote, rb.mr.rkey)).unwrap();
+        a.device_mut()
+            .post_send(qa, SendWr::new(i, SendOpcode::Read).with_sge(back, len as u32, ra.mr.lkey).with_remote(remote, rb.mr.rkey))
+            .unwrap();
         let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
         assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaRead), "round {i}");
         assert_eq!(read(&a, back, len), data, "READ round {i}");
         // fetch-add: executed exactly once even when requests are duplicated or retried
         a.device_mut()
-            .post_send(qa, SendWr::new(i, SendOpcode::FetchAdd).with_sge(ra.base + 0x100, 8, ra.mr.lkey).with_remote(rb.base + 0x100, rb.mr.rkey).with_atomic(1, 0))
+            .post_send(
+                qa,
+                SendWr::new(i, SendOpcode::FetchAdd)
+                    .with_sge(ra.base + 0x100, 8, ra.mr.lkey)
+                    .with_remote(rb.base + 0x100, rb.mr.rkey)
+                    .with_atomic(1, 0),
+            )
             .unwrap();
         let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
         assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::FetchAdd), "round {i}");

@@ -59,7 +59,10 @@ fn ipv6_gids_nd_rc_ud() {
         assert_eq!(read(&b, rb.base + 0x10000, 5000), data);
         // READ from b over the same path
         a.device_mut()
-            .post_send(qa, SendWr::new(3, SendOpcode::Read).with_sge(ra.base + 0x20000, 5000, ra.mr.lkey).with_remote(rb.base + 0x10000, rb.mr.rkey))
+            .post_send(
+                qa,
+                SendWr::new(3, SendOpcode::Read).with_sge(ra.base + 0x20000, 5000, ra.mr.lkey).with_remote(rb.base + 0x10000, rb.mr.rkey),
+            )
             .unwrap();
         let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
         assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaRead), "pair {k}");

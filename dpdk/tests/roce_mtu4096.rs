@@ -51,13 +51,17 @@ fn path_mtu_4096_over_jumbo_port() {
     rc_up(&mut b, qb, 1, Gid::from_ipv4(ipa), na, Psn::new(4), Psn::new(3), PathMtu::Mtu4096);
     let data = pattern(1, 65536);
     a.write_mem(ra.base, &data).unwrap();
-    a.device_mut().post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(ra.base, 65536, ra.mr.lkey).with_remote(rb.base, rb.mr.rkey)).unwrap();
+    a.device_mut()
+        .post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(ra.base, 65536, ra.mr.lkey).with_remote(rb.base, rb.mr.rkey))
+        .unwrap();
     let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaWrite));
     assert_eq!(read(&b, rb.base, 65536), data);
     let sent = a.device().counters().sent_pkts;
-    assert!(sent >= 16 && sent <= 18, "64 KiB in 16 packets of 4096 B (+ARP-time retries): {sent}");
-    a.device_mut().post_send(qa, SendWr::new(2, SendOpcode::Read).with_sge(ra.base + 0x20000, 65536, ra.mr.lkey).with_remote(rb.base, rb.mr.rkey)).unwrap();
+    assert!((16..=18).contains(&sent), "64 KiB in 16 packets of 4096 B (+ARP-time retries): {sent}");
+    a.device_mut()
+        .post_send(qa, SendWr::new(2, SendOpcode::Read).with_sge(ra.base + 0x20000, 65536, ra.mr.lkey).with_remote(rb.base, rb.mr.rkey))
+        .unwrap();
     let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaRead));
     assert_eq!(read(&a, ra.base + 0x20000, 65536), data);

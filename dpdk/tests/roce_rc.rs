@@ -105,7 +105,10 @@ fn rc_ud_arp_flood_pcap_manual_progress() {
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::FetchAdd));
     assert_eq!(read(&a, res, 8), 40u64.to_ne_bytes());
     a.device_mut()
-        .post_send(qa, SendWr::new(11, SendOpcode::CmpSwap).with_sge(res, 8, ra.mr.lkey).with_remote(target, rb.mr.rkey).with_atomic(42, 99))
+        .post_send(
+            qa,
+            SendWr::new(11, SendOpcode::CmpSwap).with_sge(res, 8, ra.mr.lkey).with_remote(target, rb.mr.rkey).with_atomic(42, 99),
+        )
         .unwrap();
     let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::CompSwap));
@@ -191,7 +194,10 @@ fn rc_ud_arp_flood_pcap_manual_progress() {
     let data = pattern(99, 3000);
     a.write_mem(ra.base + 0x1000, &data).unwrap();
     a.device_mut()
-        .post_send(qa, SendWr::new(77, SendOpcode::Write).with_sge(ra.base + 0x1000, 3000, ra.mr.lkey).with_remote(rb.base + 0x9000, rb.mr.rkey))
+        .post_send(
+            qa,
+            SendWr::new(77, SendOpcode::Write).with_sge(ra.base + 0x1000, 3000, ra.mr.lkey).with_remote(rb.base + 0x9000, rb.mr.rkey),
+        )
         .unwrap();
     let w = wait_wc(&mut a, &mut b, 0, ra.cq, T);
     assert_eq!(w.status, WcStatus::Success);

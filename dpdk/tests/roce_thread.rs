@@ -76,7 +76,14 @@ fn engine_threads_rc_and_ud() {
     let (qa, na) = qp(&mut ea, pda, cqa, QpType::Rc);
     let (qb, nb) = qp(&mut eb, pdb, cqb, QpType::Rc);
     let (psa, psb) = (Psn::new(11), Psn::new(22));
-    let av = |g: Gid| droce_transport::verbs::AddressVector { dgid: g, dmac: [0; 6], sgid_index: 1, hop_limit: 64, traffic_class: 0, flow_label: 0 };
+    let av = |g: Gid| droce_transport::verbs::AddressVector {
+        dgid: g,
+        dmac: [0; 6],
+        sgid_index: 1,
+        hop_limit: 64,
+        traffic_class: 0,
+        flow_label: 0,
+    };
     for (e, q, peer_gid, peer_qpn, rq, sq) in [(&mut ea, qa, gb, nb, psb, psa), (&mut eb, qb, ga, na, psa, psb)] {
         modify(e, q, init_attr(AccessFlags::ALL));
         modify(e, q, rtr_attr(av(peer_gid), PathMtu::Mtu1024, peer_qpn, rq, 16, 1));
@@ -133,9 +140,17 @@ fn engine_threads_rc_and_ud() {
     };
     let mut mem = mem;
     mem.write(basea + 0x1000, &data).unwrap();
-    ea.submit(Command::PostSend { qp: qa, wr: SendWr::new(1, SendOpcode::Write).with_sge(basea + 0x1000, 65536, mra.lkey).with_remote(baseb + 0x80000, mrb.rkey) }).unwrap();
+    ea.submit(Command::PostSend {
+        qp: qa,
+        wr: SendWr::new(1, SendOpcode::Write).with_sge(basea + 0x1000, 65536, mra.lkey).with_remote(baseb + 0x80000, mrb.rkey),
+    })
+    .unwrap();
     assert_eq!(ea.wait_wc(cqa, T).unwrap().status, WcStatus::Success);
-    ea.submit(Command::PostSend { qp: qa, wr: SendWr::new(2, SendOpcode::Read).with_sge(basea + 0x40000, 65536, mra.lkey).with_remote(baseb + 0x80000, mrb.rkey) }).unwrap();
+    ea.submit(Command::PostSend {
+        qp: qa,
+        wr: SendWr::new(2, SendOpcode::Read).with_sge(basea + 0x40000, 65536, mra.lkey).with_remote(baseb + 0x80000, mrb.rkey),
+    })
+    .unwrap();
     let w = ea.wait_wc(cqa, T).unwrap();
     assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::RdmaRead));
     let mut got = vec![0u8; 65536];
@@ -145,7 +160,10 @@ fn engine_threads_rc_and_ud() {
     for i in 0..100u64 {
         ea.submit(Command::PostSend {
             qp: qa,
-            wr: SendWr::new(i, SendOpcode::FetchAdd).with_sge(basea + 0x800 + 8 * (i % 16), 8, mra.lkey).with_remote(baseb + 0x800, mrb.rkey).with_atomic(1, 0),
+            wr: SendWr::new(i, SendOpcode::FetchAdd)
+                .with_sge(basea + 0x800 + 8 * (i % 16), 8, mra.lkey)
+                .with_remote(baseb + 0x800, mrb.rkey)
+                .with_atomic(1, 0),
         })
         .unwrap();
         let w = ea.wait_wc(cqa, T).unwrap();
@@ -160,14 +178,22 @@ fn engine_threads_rc_and_ud() {
     let (ub, unb) = qp(&mut eb, pdb, cqb, QpType::Ud);
     for (e, q) in [(&mut ea, ua), (&mut eb, ub)] {
         use droce_transport::qp::{QpAttr, QpAttrMask, QpState};
-        modify(e, q, (QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey, ..QpAttr::default() }, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY));
+        modify(
+            e,
+            q,
+            (
+                QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey, ..QpAttr::default() },
+                QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY,
+            ),
+        );
         modify(e, q, (QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, QpAttrMask::STATE));
         modify(e, q, (QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(5), ..QpAttr::default() }, QpAttrMask::STATE | QpAttrMask::SQ_PSN));
     }
     mem.write(basea + 0x2000, &pattern(8, 512)).unwrap();
     eb.submit(Command::PostRecv { qp: ub, wr: RecvWr::new(9).with_sge(baseb + 0x3000, 552, mrb.lkey) }).unwrap();
     let dest = UdDest { av: av(gb), remote_qpn: unb, remote_qkey: qkey };
-    ea.submit(Command::PostSend { qp: ua, wr: SendWr::new(8, SendOpcode::Send).with_sge(basea + 0x2000, 512, mra.lkey).with_ud(dest) }).unwrap();
+    ea.submit(Command::PostSend { qp: ua, wr: SendWr::new(8, SendOpcode::Send).with_sge(basea + 0x2000, 512, mra.lkey).with_ud(dest) })
+        .unwrap();
     assert_eq!(ea.wait_wc(cqa, T).unwrap().status, WcStatus::Success);
     let r = eb.wait_wc(cqb, T).unwrap();
     assert_eq!((r.status, r.byte_len), (WcStatus::Success, 552));

@@ -110,10 +110,7 @@ impl FromStr for FaultConfig {
                 parse_pairs(body, &mut c.rx)?;
                 parse_pairs(body, &mut c.tx)?;
             } else if let Some(v) = sec.strip_prefix("seed=") {
-                c.seed = v
-                    .trim()
-                    .parse()
-                    .map_err(|_| FaultParseError::BadNumber { key: "seed".into(), value: v.trim().to_string() })?;
+                c.seed = v.trim().parse().map_err(|_| FaultParseError::BadNumber { key: "seed".into(), value: v.trim().to_string() })?;
             } else {
                 return Err(FaultParseError::BadSection(sec.to_string()));
             }
@@ -266,7 +263,7 @@ mod tests {
         assert!((300..650).contains(&c.duplicated), "{c:?}");
         assert!((100..320).contains(&c.reordered), "{c:?}");
         assert!((40..170).contains(&c.corrupted), "{c:?}");
-        assert!(va.iter().all(|x| x.corrupt.map_or(true, |(i, bit)| i < 100 && bit < 8)));
+        assert!(va.iter().all(|x| x.corrupt.iter().all(|&(i, bit)| i < 100 && bit < 8)));
         let mut other = FaultInjector::new(p, 10);
         let vo: Vec<_> = (0..1000).map(|_| other.decide(100, true)).collect();
         assert_ne!(vo, va[..1000].to_vec(), "another seed, other faults");

@@ -133,7 +133,10 @@ pub enum RoceError {
     /// No IPv4 or IPv6 address configured.
     NoAddress,
     /// The pool's data room (after the headroom) cannot hold the largest frame.
-    PoolTooSmall { need: usize, have: usize },
+    PoolTooSmall {
+        need: usize,
+        have: usize,
+    },
     Pcap(PathBuf, std::io::Error),
 }
 
@@ -238,16 +241,8 @@ const BORDER: &str = "########################";
 pub fn format_roce_stats(port: u16, s: &RoceStats) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "\n  {BORDER} RoCE statistics for port {port:<2} {BORDER}");
-    let _ = writeln!(
-        out,
-        "  RX-packets: {:<10} RX-missed: {:<10} RX-bytes:  {}",
-        s.port.ipackets, s.port.imissed, s.port.ibytes
-    );
-    let _ = writeln!(
-        out,
-        "  TX-packets: {:<10} TX-errors: {:<10} TX-bytes:  {}",
-        s.port.opackets, s.port.oerrors, s.port.obytes
-    );
+    let _ = writeln!(out, "  RX-packets: {:<10} RX-missed: {:<10} RX-bytes:  {}", s.port.ipackets, s.port.imissed, s.port.ibytes);
+    let _ = writeln!(out, "  TX-packets: {:<10} TX-errors: {:<10} TX-bytes:  {}", s.port.opackets, s.port.oerrors, s.port.obytes);
     let cols = |out: &mut String, title: &str, items: Vec<(&'static str, u64)>| {
         let _ = writeln!(out, "\n  {title}");
         for row in items.chunks(3) {
@@ -546,8 +541,8 @@ impl RoceDevice {
 
     fn sync_fault_total(&mut self) {
         let sum = |c: FaultCounters| c.dropped + c.duplicated + c.reordered + c.corrupted;
-        self.counters.injected_faults = self.fault_rx.as_ref().map_or(0, |f| sum(f.counters))
-            + self.fault_tx.as_ref().map_or(0, |f| sum(f.counters));
+        self.counters.injected_faults =
+            self.fault_rx.as_ref().map_or(0, |f| sum(f.counters)) + self.fault_tx.as_ref().map_or(0, |f| sum(f.counters));
     }
 
     // ------------------------------------------------------------------ the loop
@@ -892,7 +887,10 @@ impl RoceDevice {
         }
         // RFC 826: update a known sender; add it when the packet is for us.
         let smac = r.source_hardware_addr.0;
-        if (for_us || self.neigh.knows(sender) || self.neigh.is_pending(sender)) && r.source_protocol_addr != Ipv4Addr::UNSPECIFIED && smac != [0; 6] {
+        if (for_us || self.neigh.knows(sender) || self.neigh.is_pending(sender))
+            && r.source_protocol_addr != Ipv4Addr::UNSPECIFIED
+            && smac != [0; 6]
+        {
             self.learned(now, sender, smac);
         }
         if for_us && r.operation == ArpOperation::Request {
@@ -957,9 +955,7 @@ fn is_captured(f: &[u8]) -> bool {
             let ihl = (f[14] & 0x0f) as usize * 4;
             f[23] == 17 && f.len() >= 14 + ihl + 4 && u16::from_be_bytes([f[14 + ihl + 2], f[14 + ihl + 3]]) == 4791
         }
-        ETHERTYPE_IPV6 => {
-            f.len() >= 58 && (f[20] == IPPROTO_ICMPV6 || (f[20] == 17 && u16::from_be_bytes([f[56], f[57]]) == 4791))
-        }
+        ETHERTYPE_IPV6 => f.len() >= 58 && (f[20] == IPPROTO_ICMPV6 || (f[20] == 17 && u16::from_be_bytes([f[56], f[57]]) == 4791)),
         _ => false,
     }
 }

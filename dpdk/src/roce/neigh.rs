@@ -274,6 +274,7 @@ pub fn icmpv6_checksum(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> u16 {
 
 /// ICMPv6 ND message (NS or NA) of 32 bytes: type, code, checksum, flags/reserved, target,
 /// one link-layer address option (source for NS, target for NA).
+#[allow(clippy::too_many_arguments)]
 fn nd_frame(buf: &mut [u8], eth_dst: [u8; 6], mac: [u8; 6], src: Ipv6Addr, dst: Ipv6Addr, ty: u8, flags: u32, target: Ipv6Addr) -> usize {
     const ICMP_LEN: usize = 32;
     let len = 14 + 40 + ICMP_LEN;
@@ -376,10 +377,7 @@ mod tests {
     fn link_local_like_linux() {
         // Linux: 02:00:00:00:00:01 -> fe80::ff:fe00:1
         assert_eq!(link_local_from_mac([0x02, 0, 0, 0, 0, 1]), "fe80::ff:fe00:1".parse::<Ipv6Addr>().unwrap());
-        assert_eq!(
-            link_local_from_mac([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
-            "fe80::5054:ff:fe12:3456".parse::<Ipv6Addr>().unwrap()
-        );
+        assert_eq!(link_local_from_mac([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]), "fe80::5054:ff:fe12:3456".parse::<Ipv6Addr>().unwrap());
     }
 
     #[test]

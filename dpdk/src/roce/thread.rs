@@ -34,14 +34,32 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 pub enum Command {
     AllocPd,
-    DeregMr { lkey: Lkey },
+    DeregMr {
+        lkey: Lkey,
+    },
     /// The new CQ is also watched: its completions come back as `Event::Wc`.
-    CreateCq { depth: usize },
-    CreateQp { init: QpInitAttr },
-    ModifyQp { qp: QpHandle, attr: Box<QpAttr>, mask: QpAttrMask },
-    QueryQp { qp: QpHandle },
-    PostSend { qp: QpHandle, wr: SendWr },
-    PostRecv { qp: QpHandle, wr: RecvWr },
+    CreateCq {
+        depth: usize,
+    },
+    CreateQp {
+        init: QpInitAttr,
+    },
+    ModifyQp {
+        qp: QpHandle,
+        attr: Box<QpAttr>,
+        mask: QpAttrMask,
+    },
+    QueryQp {
+        qp: QpHandle,
+    },
+    PostSend {
+        qp: QpHandle,
+        wr: SendWr,
+    },
+    PostRecv {
+        qp: QpHandle,
+        wr: RecvWr,
+    },
     Stats,
 }
 
@@ -141,7 +159,13 @@ fn execute(dev: &mut RoceDevice, cqs: &mut Vec<CqHandle>, cmd: Command) -> Resul
     })
 }
 
-fn engine_loop(mut dev: RoceDevice, mut cqs: Vec<CqHandle>, mut cmd: HeapCons<Msg>, mut ev: HeapProd<Event>, stop: Arc<AtomicBool>) -> RoceDevice {
+fn engine_loop(
+    mut dev: RoceDevice,
+    mut cqs: Vec<CqHandle>,
+    mut cmd: HeapCons<Msg>,
+    mut ev: HeapProd<Event>,
+    stop: Arc<AtomicBool>,
+) -> RoceDevice {
     let registered = crate::register_thread().is_ok();
     let mut outbox: VecDeque<Event> = VecDeque::new();
     let mut idle_rounds = 0u32;
@@ -211,14 +235,19 @@ impl EngineThread {
         let (ev_tx, ev_rx) = HeapRb::<Event>::new(EVENT_RING).split();
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("droce-engine".into())
-            .spawn(move || engine_loop(dev, cqs, cmd_rx, ev_tx, s2))?;
+        let handle = std::thread::Builder::new().name("droce-engine".into()).spawn(move || engine_loop(dev, cqs, cmd_rx, ev_tx, s2))?;
         Ok(EngineThread { cmd: cmd_tx, events: ev_rx, stash: VecDeque::new(), next_token: 1, stop, handle: Some(handle) })
     }
 
+    fn engine_gone(&self) -> bool {
+        match &self.handle {
+            Some(h) => h.is_finished(),
+            None => true,
+        }
+    }
+
     fn push(&mut self, m: Msg) -> Result<(), VerbError> {
-        if self.handle.as_ref().map_or(true, |h| h.is_finished()) {
+        if self.engine_gone() {
             return Err(VerbError::EngineGone);
         }
         self.cmd.try_push(m).map_err(|_| VerbError::RingFull)
@@ -249,7 +278,7 @@ impl EngineThread {
             if t0.elapsed() > timeout {
                 return Err(VerbError::Timeout);
             }
-            if self.handle.as_ref().map_or(true, |h| h.is_finished()) {
+            if self.engine_gone() {
                 return Err(VerbError::EngineGone);
             }
             std::hint::spin_loop();
@@ -268,7 +297,14 @@ impl EngineThread {
     /// As [`RoceDevice::reg_mr`]: the range stays valid until deregistered or the device is
     /// dropped, and is not accessed while work requests or peers may use it.
     #[allow(unsafe_code)]
-    pub unsafe fn reg_mr(&mut self, pd: PdHandle, addr: *mut u8, len: usize, access: AccessFlags, timeout: Duration) -> Result<MemoryRegion, VerbError> {
+    pub unsafe fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+        timeout: Duration,
+    ) -> Result<MemoryRegion, VerbError> {
         let token = self.next_token;
         self.push(Msg::RegMr { token, pd, addr: addr as usize, len, access })?;
         self.next_token += 1;

@@ -34,7 +34,8 @@ impl Wire {
         let eal = Eal::init(&eal_args(&[s.as_str(), c.as_str()])).expect("EAL init with memif");
         let ids = [port_by_name("net_memif0").expect("server"), port_by_name("net_memif1").expect("client")];
         let room = if mtu.unwrap_or(1500) > 1500 { 9216 + 128 } else { MempoolConfig::default().data_room };
-        let pool = Arc::new(Mempool::create(&format!("{tag}_pool"), &MempoolConfig { n: 8191, data_room: room, ..Default::default() }).unwrap());
+        let pool =
+            Arc::new(Mempool::create(&format!("{tag}_pool"), &MempoolConfig { n: 8191, data_room: room, ..Default::default() }).unwrap());
         let mut ports = [Port::new(ids[0]).unwrap(), Port::new(ids[1]).unwrap()];
         let mut pc = PortConfig::new();
         if let Some(m) = mtu {
@@ -123,7 +124,17 @@ pub fn qpn(dev: &RoceDevice, qp: QpHandle) -> droce_transport::Qpn {
 }
 
 /// RESET → INIT → RTR → RTS like ibv_rc_pingpong, to `peer_gid`/`peer_qpn` from our GID `sgid`.
-pub fn rc_up(dev: &mut RoceDevice, qp: QpHandle, sgid: u8, peer_gid: Gid, peer_qpn: droce_transport::Qpn, rq_psn: Psn, sq_psn: Psn, mtu: PathMtu) {
+#[allow(clippy::too_many_arguments)]
+pub fn rc_up(
+    dev: &mut RoceDevice,
+    qp: QpHandle,
+    sgid: u8,
+    peer_gid: Gid,
+    peer_qpn: droce_transport::Qpn,
+    rq_psn: Psn,
+    sq_psn: Psn,
+    mtu: PathMtu,
+) {
     let av: AddressVector = dev.av(peer_gid, sgid);
     let d = dev.device_mut();
     let (a, m) = init_attr(AccessFlags::ALL);
@@ -179,7 +190,8 @@ pub fn read(dev: &RoceDevice, addr: u64, len: usize) -> Vec<u8> {
 
 /// tshark's frame count of a pcap, or None (with a message) when tshark is not installed.
 pub fn tshark_count(path: &std::path::Path) -> Option<usize> {
-    let out = match std::process::Command::new("tshark").arg("-r").arg(path).arg("-T").arg("fields").arg("-e").arg("frame.number").output() {
+    let out = match std::process::Command::new("tshark").arg("-r").arg(path).arg("-T").arg("fields").arg("-e").arg("frame.number").output()
+    {
         Ok(o) => o,
         Err(_) => {
             eprintln!("tshark not installed: skipping the tshark check");
