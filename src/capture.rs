@@ -89,8 +89,16 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     if let Some(l) = find("Cannot create lock").or_else(|| find("Is another primary process running")) {
         return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME");
     }
-    if let Some(l) = find("invalid core list").or_else(|| find("unavailable")).or_else(|| find("core")) {
+    if let Some(l) = find("invalid core list").or_else(|| find("unavailable")) {
         return format!("EAL rejected the core list ({l}); use cores that exist on this machine, e.g. -l 0-{}", available_cpus().saturating_sub(1));
+    }
+    if let Some(l) = find("for rte_mem_config").filter(|_| log.contains("Cannot init config")) {
+        return format!(
+            "EAL found no primary process to join ({l}); a --proc-type=secondary process needs a running primary with the same --file-prefix"
+        );
+    }
+    if let Some(l) = find("invalid parameters for").or_else(|| find("invalid")).filter(|l| !l.contains("'command line'") && !l.contains("Unregistering")) {
+        return format!("EAL rejected an argument ({l}); see droce-pmd --help for the EAL options and their syntax");
     }
     if let Some(l) = find("hugepage") {
         return format!("EAL found no usable hugepages ({l}); add --no-huge -m 512 or reserve hugepages (see conf/real-nic.conf)");
@@ -98,7 +106,9 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     if let Some(l) = find("Cannot allocate memory").or_else(|| find("Cannot init memory")) {
         return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
     }
-    if let Some(l) = lines.iter().rev().find(|l| !l.contains("Detected") && !l.contains("Selected") && !l.contains("IOVA")) {
+    let boring = ["Detected", "Selected", "IOVA", "Error - exiting", "Unregistering", "'command line'"];
+    let telling = lines.iter().find(|l| ["FATAL", "Cannot", "cannot", "failed", "Failed"].iter().any(|w| l.contains(w)));
+    if let Some(l) = telling.or_else(|| lines.iter().rev().find(|l| !boring.iter().any(|b| l.contains(b)))) {
         return format!("EAL initialisation failed: {} ({fallback})", l.trim_start_matches("EAL: "));
     }
     format!("EAL initialisation failed ({fallback})")
@@ -136,6 +146,12 @@ mod tests {
         assert!(l.starts_with("EAL rejected the core list (invalid core list"), "{l}");
         let log = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_set_role(): Unknown role: bogus.\nvdev_probe(): failed to initialize net_memif0 device\n";
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));
+        let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: invalid parameters for --socket-mem\nUsage: x\nEAL: Invalid 'command line' arguments.\n", "x");
+        assert!(l.starts_with("EAL rejected an argument (invalid parameters for --socket-mem)"), "{l}");
+        let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: Cannot open '/var/run/dpdk/p/config' for rte_mem_config\nEAL: FATAL: Cannot init config\nEAL: Cannot init config\n", "x");
+        assert!(l.contains("--proc-type=secondary"), "{l}");
+        let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: FATAL: something odd\nEAL: Error - exiting with code: 1\n", "x");
+        assert_eq!(l, "EAL initialisation failed: FATAL: something odd (x)");
         let l = eal_failure_line("", "Invalid argument");
         assert_eq!(l, "EAL initialisation failed (Invalid argument)");
     }

@@ -446,6 +446,7 @@ fn bad_input_is_one_line_and_non_zero() {
         (args(eal("bad"), &["--vdev=net_pcap0,rx_pcap=/nonexistent/droce.pcap"], &["--run-time=1"]), "/nonexistent/droce.pcap"),
         (args(eal("bad"), &["-l", "0", "--vdev=net_null0"], &["--nb-cores=2", "--run-time=1"]), "--nb-cores=2"),
         (no_ports, "no ports found"),
+        (args(eal("bad"), &["-l", "0", "--socket-mem=abc", "--vdev=net_null0"], &["--run-time=1"]), "invalid parameters for --socket-mem"),
         (args(eal("bad"), &["-l", "0", "--vdev=net_null0"], &["--eth-peer=3,02:00:00:00:00:09", "--run-time=1"]), "port 3 out of range: valid ports are 0"),
         (vec!["--config".into(), "/nonexistent/droce.conf".into()], "cannot read config file"),
     ];
