@@ -227,7 +227,7 @@ verdict() {
   bad=$(grep -c 'icrc=bad' "$OUT/$CASE.dump")
   local frames="frames droce->rxe $tx, rxe->droce $rx, bad ICRC $bad"
   if [ "$DROCE_RC" != 0 ] || [ "$VM_RC" != 0 ]; then
-    WHY="droce-pmd exit $DROCE_RC$( [ "$DROCE_RC" = 124 ] && echo ' (timeout)'), rxe tool exit $VM_RC$( [ "$VM_RC" = 124 ] && echo ' (timeout)'); $frames; last droce line: $(grep -v '^#' "$OUT/$CASE.droce.log" | tail -1 | cut -c1-160); last vm line: $(grep -v '^#' "$OUT/$CASE.vm.log" | tail -1 | cut -c1-160)"
+    WHY="droce exit $DROCE_RC$( [ "$DROCE_RC" = 124 ] && echo ' (timeout)'), rxe tool exit $VM_RC$( [ "$VM_RC" = 124 ] && echo ' (timeout)'); $frames; last droce line: $(grep -v '^#' "$OUT/$CASE.droce.log" | tail -1 | cut -c1-160); last vm line: $(grep -v '^#' "$OUT/$CASE.vm.log" | tail -1 | cut -c1-160)"
     return 1
   fi
   if [ "$drc" != 0 ]; then WHY="droce-dump rejects the capture (exit $drc): $frames"; return 1; fi
@@ -298,6 +298,7 @@ atomic_flag() {  # atomic_flag FETCH_AND_ADD|CMP_AND_SWAP -> droce-pmd argument,
 }
 atomic_case() {  # atomic_case server|client FETCH_AND_ADD|CMP_AND_SWAP
   local f
+  need_mode atomic_lat || return 2
   if ! f=$(atomic_flag "$2"); then WHY="droce-pmd --test=atomic_lat has no option to choose $2 (perftest -A)"; return 2; fi
   pair_droce_"$1" pmd atomic_lat "-s 8 -n $N $f" "$(pt ib_atomic_lat -A "$2" -n $N)"
 }

@@ -33,6 +33,13 @@ struct RawSock {
     ifindex: i32,
 }
 
+impl Drop for RawSock {
+    fn drop(&mut self) {
+        // SAFETY: fd is our own open socket.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 impl RawSock {
     fn open(iface: &str) -> RawSock {
         let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
@@ -194,6 +201,26 @@ fn main() {
         dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTS: {e:?}")));
     };
     let my_msg = msg(my_qpn, my_psn, my_gid);
+    // rxe resolves our MAC (ARP for IP) inside ibv_modify_qp(RTR), i.e. in the middle of the
+    // TCP exchange: answer ARP from a second socket while the exchange blocks.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let arp_thread = {
+        let (stop, iface) = (stop.clone(), iface.clone());
+        std::thread::spawn(move || {
+            let s = RawSock::open(&iface);
+            let mut b = vec![0u8; 2048];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match s.recv(&mut b) {
+                    Some(n) => {
+                        if let Some(r) = arp_reply(&b[..n], mac, ip) {
+                            s.send(&r);
+                        }
+                    }
+                    None => std::thread::sleep(StdDuration::from_micros(200)),
+                }
+            }
+        })
+    };
     let peer = match server {
         Some(srv) => {
             let mut s = TcpStream::connect_timeout(&(srv, port).into(), StdDuration::from_secs(10)).unwrap_or_else(|e| die(&format!("connect {srv}:{port}: {e}")));
@@ -215,6 +242,8 @@ fn main() {
             p
         }
     };
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    arp_thread.join().unwrap();
     println!("  local address:  QPN 0x{:06x}, PSN 0x{my_psn:06x}, GID {}", my_qpn.value(), my_gid);
     println!("  remote address: QPN 0x{:06x}, PSN 0x{:06x}, GID {}", peer.0.value(), peer.1, peer.2);
 
