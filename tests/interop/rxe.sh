@@ -46,6 +46,7 @@ CASES=(
   transport_rc_pingpong_64_droce_server transport_rc_pingpong_64_droce_client
   transport_rc_pingpong_4096_droce_server transport_rc_pingpong_4096_droce_client
   transport_rc_pingpong_loss5_droce_server transport_rc_pingpong_loss5_droce_client
+  transport_ud_pingpong_droce_server transport_ud_pingpong_droce_client
   rc_pingpong_64_droce_server rc_pingpong_64_droce_client
   rc_pingpong_4096_droce_server rc_pingpong_4096_droce_client
   ud_pingpong_droce_server ud_pingpong_droce_client
@@ -350,6 +351,8 @@ case_transport_rc_pingpong_4096_droce_server() { pair_droce_server probe - "-s 4
 case_transport_rc_pingpong_4096_droce_client() { pair_droce_client probe - "-s 4096 -n $N" "$(rcpp 4096)"; }
 case_transport_rc_pingpong_loss5_droce_server() { loss_case server probe; }
 case_transport_rc_pingpong_loss5_droce_client() { loss_case client probe; }
+case_transport_ud_pingpong_droce_server() { pair_droce_server probe - "--ud -s 512 -n $N" "$udpp"; }
+case_transport_ud_pingpong_droce_client() { pair_droce_client probe - "--ud -s 512 -n $N" "$udpp"; }
 
 # ---------------------------------------------------------------------------------------------
 # run

@@ -1,8 +1,9 @@
 //! droce-rxe-probe: the droce transport's RC QP (sans-IO `Device`, no DPDK) as an
 //! `ibv_rc_pingpong` peer of Linux rxe, over a raw AF_PACKET socket.
 //!
-//! usage: droce-rxe-probe IFACE MAC IP PEER_MAC [SERVER_IP] [-s SIZE] [-n ITERS] [-p PORT] [-t SECS]
+//! usage: droce-rxe-probe IFACE MAC IP PEER_MAC [SERVER_IP] [--ud] [-s SIZE] [-n ITERS] [-p PORT] [-t SECS]
 //!   without SERVER_IP: server (listens on TCP PORT, default 18515); with it: client.
+//!   --ud: an `ibv_ud_pingpong` peer instead (UD QP, Q_Key 0x11111111, 40-byte GRH area).
 //! The TCP exchange is rdma-core's 52-byte "LID:QPN:PSN:GID" message (docs/interop.md (a)).
 //! Answers ARP for IP on IFACE; sends RoCE frames to PEER_MAC (the peer's MAC is given, not
 //! resolved). Checks every received payload byte (rc_pingpong fills its buffer with 0x7b).
@@ -11,8 +12,9 @@
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpCap, QpInitAttr, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
-use droce_transport::verbs::{AccessFlags, AddressVector, RecvWr, SendOpcode, SendWr};
-use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, Psn, Qpn, VecMemory};
+use droce_transport::qp::{QpAttr, QpAttrMask, QpState};
+use droce_transport::verbs::{AccessFlags, AddressVector, RecvWr, SendOpcode, SendWr, UdDest};
+use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, Psn, QKey, Qpn, VecMemory};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::Duration as StdDuration;
@@ -145,7 +147,7 @@ fn read_exact(s: &mut TcpStream, n: usize) -> Vec<u8> {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (mut pos, mut size, mut iters, mut port, mut secs) = (Vec::new(), 64usize, 100u32, 18515u16, 60u64);
+    let (mut pos, mut size, mut iters, mut port, mut secs, mut ud) = (Vec::new(), 64usize, 100u32, 18515u16, 60u64, false);
     let mut i = 0;
     while i < args.len() {
         let next = |i: usize| args.get(i + 1).unwrap_or_else(|| die("option needs a value")).clone();
@@ -153,6 +155,7 @@ fn main() {
             "-s" => { size = next(i).parse().unwrap_or_else(|_| die("bad -s")); i += 1; }
             "-n" => { iters = next(i).parse().unwrap_or_else(|_| die("bad -n")); i += 1; }
             "-p" => { port = next(i).parse().unwrap_or_else(|_| die("bad -p")); i += 1; }
+            "--ud" => ud = true,
             "-t" => { secs = next(i).parse().unwrap_or_else(|_| die("bad -t")); i += 1; }
             a => pos.push(a.to_string()),
         }
@@ -169,7 +172,9 @@ fn main() {
     // Device: one RC QP, one buffer (send half, receive ring), as rc_pingpong.
     let base = 0x1000_0000u64;
     let rx_depth = 64u32;
-    let slot = size.max(1) as u64;
+    const GRH: usize = 40;
+    let grh = if ud { GRH } else { 0 };
+    let slot = (size + grh).max(1) as u64;
     let mem_len = (slot * (rx_depth as u64 + 1)) as usize;
     let seed = std::process::id() as u64 ^ 0x5eed;
     let cfg = DeviceConfig { mac, gids: vec![my_gid], seed, ..DeviceConfig::default() };
@@ -178,22 +183,35 @@ fn main() {
     let mr = dev.reg_mr(pd, base, mem_len as u64, AccessFlags::ALL).unwrap();
     let cq = dev.create_cq(1024).unwrap();
     let qp = dev
-        .create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap { max_send_wr: 16, max_recv_wr: rx_depth, ..QpCap::default() }, sq_sig_all: true })
+        .create_qp(QpInitAttr { qp_type: if ud { QpType::Ud } else { QpType::Rc }, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap { max_send_wr: 16, max_recv_wr: rx_depth, ..QpCap::default() }, sq_sig_all: true })
         .unwrap_or_else(|e| die(&format!("create_qp: {e:?}")));
     let my_qpn = dev.query_qp(qp).unwrap().qp_num;
     let my_psn = (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as u32 & 0xff_ffff;
     dev.memory_mut().write(base, &vec![0x7b; size]).unwrap();
-    let (a, m) = init_attr(AccessFlags::NONE);
-    dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("INIT: {e:?}")));
+    const UD_QKEY: QKey = QKey(0x1111_1111);
+    if ud {
+        let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: UD_QKEY, ..QpAttr::default() };
+        dev.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY).unwrap_or_else(|e| die(&format!("UD INIT: {e:?}")));
+        let a = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+        dev.modify_qp(qp, &a, QpAttrMask::STATE).unwrap_or_else(|e| die(&format!("UD RTR: {e:?}")));
+        let a = QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(my_psn), ..QpAttr::default() };
+        dev.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::SQ_PSN).unwrap_or_else(|e| die(&format!("UD RTS: {e:?}")));
+    } else {
+        let (a, m) = init_attr(AccessFlags::NONE);
+        dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("INIT: {e:?}")));
+    }
     let rx_addr = |k: u64| base + slot * (1 + k % rx_depth as u64);
     let mut posted = 0u64;
     for _ in 0..rx_depth {
-        dev.post_recv(qp, RecvWr::new(posted).with_sge(rx_addr(posted), size as u32, mr.lkey)).unwrap();
+        dev.post_recv(qp, RecvWr::new(posted).with_sge(rx_addr(posted), (size + grh) as u32, mr.lkey)).unwrap();
         posted += 1;
     }
 
     // TCP exchange (rc_pingpong order: client writes, server reads+connects+writes, client writes "done").
     let connect = |dev: &mut Device<VecMemory>, peer_qpn: Qpn, peer_psn: u32, peer_gid: Gid| {
+        if ud {
+            return; // UD: the address goes into every send (below)
+        }
         let av = AddressVector { dgid: peer_gid, dmac: peer_mac, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
         let (a, m) = rtr_attr(av, PathMtu::Mtu1024, peer_qpn, Psn::new(peer_psn), 1, 12);
         dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTR: {e:?}")));
@@ -254,8 +272,15 @@ fn main() {
     let (mut scnt, mut rcnt, mut bad_bytes) = (0u32, 0u32, 0u64);
     const SEND: u8 = 1;
     const RECV: u8 = 2;
+    let ud_dest = UdDest {
+        av: AddressVector { dgid: peer.2, dmac: peer_mac, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 },
+        remote_qpn: peer.0,
+        remote_qkey: UD_QKEY,
+    };
     let post_send = |dev: &mut Device<VecMemory>, n: u32| {
-        dev.post_send(qp, SendWr::new(u64::from(n) | 1 << 63, SendOpcode::Send).with_sge(base, size as u32, mr.lkey)).unwrap_or_else(|e| die(&format!("post_send: {e:?}")));
+        let wr = SendWr::new(u64::from(n) | 1 << 63, SendOpcode::Send).with_sge(base, size as u32, mr.lkey);
+        let wr = if ud { wr.with_ud(ud_dest) } else { wr };
+        dev.post_send(qp, wr).unwrap_or_else(|e| die(&format!("post_send: {e:?}")));
     };
     let mut pending = RECV;
     if server.is_some() {
@@ -300,10 +325,11 @@ fn main() {
                 WcOpcode::Recv => {
                     let mut got = vec![0u8; wc.byte_len as usize];
                     dev.memory().read(rx_addr(wc.wr_id), &mut got).unwrap();
-                    bad_bytes += got.iter().filter(|&&b| b != 0x7b).count() as u64 + (size as u64).abs_diff(u64::from(wc.byte_len));
+                    let data = got.get(grh..).unwrap_or(&[]);
+                    bad_bytes += data.iter().filter(|&&b| b != 0x7b).count() as u64 + ((size + grh) as u64).abs_diff(u64::from(wc.byte_len));
                     rcnt += 1;
                     pending &= !RECV;
-                    dev.post_recv(qp, RecvWr::new(posted).with_sge(rx_addr(posted), size as u32, mr.lkey)).unwrap();
+                    dev.post_recv(qp, RecvWr::new(posted).with_sge(rx_addr(posted), (size + grh) as u32, mr.lkey)).unwrap();
                     posted += 1;
                 }
                 op => die(&format!("unexpected completion {op:?}")),
