@@ -37,7 +37,7 @@ pub struct NeighConfig {
 
 impl Default for NeighConfig {
     fn default() -> Self {
-        NeighConfig { retry_ns: 200_000_000, max_tries: 5, ttl_ns: 300_000_000_000, max_held: 64, max_pending: 64 }
+        NeighConfig { retry_ns: 200_000_000, max_tries: 5, ttl_ns: 300_000_000_000, max_held: 256, max_pending: 64 }
     }
 }
 
