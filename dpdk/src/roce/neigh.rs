@@ -72,11 +72,13 @@ pub struct NeighTable<T> {
     cfg: NeighConfig,
     entries: HashMap<IpAddr, Entry>,
     pending: HashMap<IpAddr, Pending<T>>,
+    /// The last entry looked up: most traffic goes to one peer, so this skips the hash.
+    last: Option<(IpAddr, Entry)>,
 }
 
 impl<T> NeighTable<T> {
     pub fn new(cfg: NeighConfig) -> Self {
-        NeighTable { cfg, entries: HashMap::new(), pending: HashMap::new() }
+        NeighTable { cfg, entries: HashMap::new(), pending: HashMap::new(), last: None }
     }
 
     pub fn config(&self) -> &NeighConfig {
@@ -85,18 +87,26 @@ impl<T> NeighTable<T> {
 
     /// A static entry (from the configuration): never expires, never replaced by learning.
     pub fn add_static(&mut self, ip: IpAddr, mac: [u8; 6]) {
+        self.last = None;
         self.entries.insert(ip, Entry { mac, expires: None });
     }
 
     /// The MAC of `ip` if known and fresh at `now`.
     pub fn lookup(&mut self, ip: IpAddr, now: u64) -> Option<[u8; 6]> {
-        let e = self.entries.get(&ip)?;
+        let e = match self.last {
+            Some((lip, e)) if lip == ip => e,
+            _ => *self.entries.get(&ip)?,
+        };
         match e.expires {
             Some(t) if t <= now => {
                 self.entries.remove(&ip);
+                self.last = None;
                 None
             }
-            _ => Some(e.mac),
+            _ => {
+                self.last = Some((ip, e));
+                Some(e.mac)
+            }
         }
     }
 
@@ -113,6 +123,7 @@ impl<T> NeighTable<T> {
     /// Learn `ip` → `mac` (ARP reply/request, NA, NS source option). Static entries win.
     /// Returns the frames that were waiting for it, in order.
     pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], now: u64) -> Vec<T> {
+        self.last = None;
         match self.entries.get_mut(&ip) {
             Some(e) if e.expires.is_none() => {}
             _ => {
