@@ -22,6 +22,61 @@
 //!             format_roce_stats(port, &stats) ("show roce stats" block); flush_pcap()
 //! ```
 //!
+//! # Example: what a perftest-style client does
+//! ```no_run
+//! use droce_dpdk::roce::{RoceConfig, RoceDevice};
+//! use droce_dpdk::*;
+//! use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
+//! use droce_transport::qp::{PathMtu, QpCap, QpInitAttr, QpType};
+//! use droce_transport::verbs::{AccessFlags, SendOpcode, SendWr};
+//! use droce_transport::{Gid, Psn, Qpn, Rkey};
+//! use std::sync::Arc;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let args: Vec<String> = vec![];
+//! let eal = Eal::init(&args)?;
+//! let pool = Arc::new(Mempool::create("roce_pool", &MempoolConfig { n: 8191, ..Default::default() })?);
+//! let mut port = Port::new(PortId(0))?;
+//! let configured = port.configure(&PortConfig::new(), &pool)?;
+//! port.start()?;
+//! let mut cfg = RoceConfig::new(PortId(0), QueueId(0));
+//! cfg.ipv4 = vec!["192.168.77.20".parse()?];
+//! let mut dev = RoceDevice::new(cfg, &configured, pool.clone())?;
+//! // the application's own buffer, registered (it must outlive the MR)
+//! let mut buf = vec![0u64; 1 << 17];
+//! let pd = dev.device_mut().alloc_pd();
+//! // SAFETY: `buf` lives until after `dev` is dropped and is not touched while in use.
+//! let mr = unsafe { dev.reg_mr(pd, buf.as_mut_ptr() as *mut u8, 1 << 20, AccessFlags::ALL) }
+//!     .map_err(|e| format!("{e:?}"))?;
+//! let cq = dev.device_mut().create_cq(1024).map_err(|e| format!("{e:?}"))?;
+//! let init = QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq: None,
+//!                         cap: QpCap::default(), sq_sig_all: false };
+//! let qp = dev.device_mut().create_qp(init).map_err(|e| format!("{e:?}"))?;
+//! // exchange over TCP: our QPN, PSN, GID (index 1 = ::ffff:IPv4, like rxe), rkey, va
+//! let (my_qpn, my_psn, my_gid) = (dev.device().query_qp(qp).unwrap().qp_num, Psn::new(0x1234), dev.gid(1).unwrap());
+//! let (my_rkey, my_va) = (mr.rkey, mr.va);
+//! # let _ = (my_qpn, my_gid, my_rkey, my_va);
+//! let (peer_qpn, peer_psn, peer_gid, peer_rkey, peer_va) =
+//!     (Qpn::new(0x11), Psn::new(0x5678), Gid::from_ipv4("192.168.77.10".parse()?), Rkey(0x100), 0u64);
+//! let d = dev.device_mut();
+//! let (a, m) = init_attr(AccessFlags::ALL);
+//! d.modify_qp(qp, &a, m).map_err(|e| format!("{e:?}"))?;
+//! let av = droce_transport::verbs::AddressVector { dgid: peer_gid, sgid_index: 1, hop_limit: 64, ..Default::default() };
+//! let (a, m) = rtr_attr(av, PathMtu::Mtu1024, peer_qpn, peer_psn, 16, 12);
+//! d.modify_qp(qp, &a, m).map_err(|e| format!("{e:?}"))?;
+//! let (a, m) = rts_attr(my_psn, 14, 7, 7, 16);
+//! d.modify_qp(qp, &a, m).map_err(|e| format!("{e:?}"))?;
+//! let wr = SendWr::new(1, SendOpcode::Write).with_sge(mr.va, 4096, mr.lkey).with_remote(peer_va, peer_rkey);
+//! dev.device_mut().post_send(qp, wr).map_err(|e| format!("{e:?}"))?;
+//! let wc = loop {
+//!     dev.poll(); // manual progress: RX burst, timers, TX
+//!     if let Some(wc) = dev.device_mut().poll_cq_one(cq).map_err(|e| format!("{e:?}"))? { break wc; }
+//! };
+//! println!("{:?} {}", wc.status, droce_dpdk::roce::format_roce_stats(0, &dev.stats()));
+//! drop(dev);
+//! # drop(buf); drop(eal);
+//! # Ok(()) }
+//! ```
+//!
 //! Addresses: the device resolves peers' MACs itself; the `dmac` of an address vector is
 //! ignored. Every frame from the transport is re-addressed at TX from the neighbour table by
 //! its IP destination; frames to an unknown IP wait (bounded) while ARP requests / neighbour
