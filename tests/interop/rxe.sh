@@ -47,6 +47,9 @@ CASES=(
   transport_rc_pingpong_4096_droce_server transport_rc_pingpong_4096_droce_client
   transport_rc_pingpong_loss5_droce_server transport_rc_pingpong_loss5_droce_client
   transport_ud_pingpong_droce_server transport_ud_pingpong_droce_client
+  transport_read_lat_droce_server transport_read_lat_droce_client
+  transport_atomic_lat_fadd_droce_server transport_atomic_lat_fadd_droce_client
+  transport_atomic_lat_cswap_droce_server transport_atomic_lat_cswap_droce_client
   rc_pingpong_64_droce_server rc_pingpong_64_droce_client
   rc_pingpong_4096_droce_server rc_pingpong_4096_droce_client
   ud_pingpong_droce_server ud_pingpong_droce_client
@@ -352,6 +355,12 @@ case_transport_rc_pingpong_4096_droce_client() { pair_droce_client probe - "-s 4
 case_transport_rc_pingpong_loss5_droce_server() { loss_case server probe; }
 case_transport_rc_pingpong_loss5_droce_client() { loss_case client probe; }
 case_transport_ud_pingpong_droce_server() { pair_droce_server probe - "--ud -s 512 -n $N" "$udpp"; }
+case_transport_read_lat_droce_server()  { pair_droce_server probe - "--perftest read_lat -s 64 -n $N" "$(pt ib_read_lat -s 64 -n $N)"; }
+case_transport_read_lat_droce_client()  { pair_droce_client probe - "--perftest read_lat -s 64 -n $N" "$(pt ib_read_lat -s 64 -n $N)"; }
+case_transport_atomic_lat_fadd_droce_server()  { pair_droce_server probe - "--perftest atomic_fadd -n $N"  "$(pt ib_atomic_lat -A FETCH_AND_ADD -n $N)"; }
+case_transport_atomic_lat_fadd_droce_client()  { pair_droce_client probe - "--perftest atomic_fadd -n $N"  "$(pt ib_atomic_lat -A FETCH_AND_ADD -n $N)"; }
+case_transport_atomic_lat_cswap_droce_server() { pair_droce_server probe - "--perftest atomic_cswap -n $N" "$(pt ib_atomic_lat -A CMP_AND_SWAP -n $N)"; }
+case_transport_atomic_lat_cswap_droce_client() { pair_droce_client probe - "--perftest atomic_cswap -n $N" "$(pt ib_atomic_lat -A CMP_AND_SWAP -n $N)"; }
 case_transport_ud_pingpong_droce_client() { pair_droce_client probe - "--ud -s 512 -n $N" "$udpp"; }
 
 # ---------------------------------------------------------------------------------------------

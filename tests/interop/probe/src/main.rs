@@ -4,6 +4,9 @@
 //! usage: droce-rxe-probe IFACE MAC IP PEER_MAC [SERVER_IP] [--ud] [-s SIZE] [-n ITERS] [-p PORT] [-t SECS]
 //!   without SERVER_IP: server (listens on TCP PORT, default 18515); with it: client.
 //!   --ud: an `ibv_ud_pingpong` peer instead (UD QP, Q_Key 0x11111111, 40-byte GRH area).
+//!   --perftest read_lat|atomic_fadd|atomic_cswap: an `ib_read_lat` / `ib_atomic_lat -A
+//!   FETCH_AND_ADD|CMP_AND_SWAP` peer (perftest 4.5 TCP exchange; the client checks that the
+//!   atomic results follow the sequence its own operations imply).
 //! The TCP exchange is rdma-core's 52-byte "LID:QPN:PSN:GID" message (docs/interop.md (a)).
 //! Answers ARP for IP on IFACE; sends RoCE frames to PEER_MAC (the peer's MAC is given, not
 //! resolved). Checks every received payload byte (rc_pingpong fills its buffer with 0x7b).
@@ -19,6 +22,36 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::time::Duration as StdDuration;
 
+mod perftest;
+
+/// Drives a device over a raw socket (used by the perftest peer).
+pub struct Pump {
+    sock: RawSock,
+    mac: [u8; 6],
+    fbuf: Vec<u8>,
+    tbuf: Vec<u8>,
+    pub rx: u64,
+    pub tx: u64,
+}
+
+/// Answers ARP requests for `ip` on `iface` from a thread, until the process exits.
+pub fn arp_thread(iface: String, mac: [u8; 6], ip: Ipv4Addr) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let s = RawSock::open(&iface);
+        let mut b = vec![0u8; 2048];
+        loop {
+            match s.recv(&mut b) {
+                Some(n) => {
+                    if let Some(r) = arp_reply(&b[..n], mac, ip) {
+                        s.send(&r);
+                    }
+                }
+                None => std::thread::sleep(StdDuration::from_micros(200)),
+            }
+        }
+    })
+}
+
 fn die(msg: &str) -> ! {
     eprintln!("droce-rxe-probe: {msg}");
     std::process::exit(1)
@@ -30,7 +63,7 @@ fn parse_mac(s: &str) -> [u8; 6] {
 }
 
 /// A raw AF_PACKET socket bound to one interface (non-blocking receive).
-struct RawSock {
+pub struct RawSock {
     fd: i32,
     ifindex: i32,
 }
@@ -43,7 +76,7 @@ impl Drop for RawSock {
 }
 
 impl RawSock {
-    fn open(iface: &str) -> RawSock {
+    pub fn open(iface: &str) -> RawSock {
         let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
         // SAFETY: plain socket/bind calls with checked results and valid local storage.
         unsafe {
@@ -148,6 +181,7 @@ fn read_exact(s: &mut TcpStream, n: usize) -> Vec<u8> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mut pos, mut size, mut iters, mut port, mut secs, mut ud) = (Vec::new(), 64usize, 100u32, 18515u16, 60u64, false);
+    let mut perf: Option<perftest::Test> = None;
     let mut i = 0;
     while i < args.len() {
         let next = |i: usize| args.get(i + 1).unwrap_or_else(|| die("option needs a value")).clone();
@@ -156,6 +190,15 @@ fn main() {
             "-n" => { iters = next(i).parse().unwrap_or_else(|_| die("bad -n")); i += 1; }
             "-p" => { port = next(i).parse().unwrap_or_else(|_| die("bad -p")); i += 1; }
             "--ud" => ud = true,
+            "--perftest" => {
+                perf = Some(match next(i).as_str() {
+                    "read_lat" => perftest::Test::ReadLat,
+                    "atomic_fadd" => perftest::Test::FetchAdd,
+                    "atomic_cswap" => perftest::Test::CmpSwap,
+                    t => die(&format!("unknown --perftest {t}")),
+                });
+                i += 1;
+            }
             "-t" => { secs = next(i).parse().unwrap_or_else(|_| die("bad -t")); i += 1; }
             a => pos.push(a.to_string()),
         }
@@ -166,6 +209,10 @@ fn main() {
     }
     let (iface, mac, ip, peer_mac) = (&pos[0], parse_mac(&pos[1]), pos[2].parse::<Ipv4Addr>().unwrap_or_else(|_| die("bad IP")), parse_mac(&pos[3]));
     let server: Option<Ipv4Addr> = pos.get(4).map(|s| s.parse().unwrap_or_else(|_| die("bad SERVER_IP")));
+    if let Some(t) = perf {
+        perftest::run(t, iface, mac, ip, peer_mac, server, size, iters, port, secs);
+        return;
+    }
     let sock = RawSock::open(iface);
     let my_gid = Gid::from_ipv4(ip);
 
