@@ -230,6 +230,12 @@ fn rc_ud_arp_flood_pcap_manual_progress() {
         assert!(frames.windows(2).all(|w| w[0].timestamp_ns <= w[1].timestamp_ns));
         if let Some(c) = tshark_count(path) {
             assert_eq!(c, frames.len(), "tshark reads every frame");
+            // and dissects the UDP 4791 frames as RoCEv2 (InfiniBand BTH) and the rest as ARP
+            let out = std::process::Command::new("tshark").arg("-r").arg(path).args(["-T", "fields", "-e", "frame.protocols"]).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let ib = text.lines().filter(|l| l.contains("infiniband")).count();
+            let arp = text.lines().filter(|l| l.ends_with(":arp")).count();
+            assert_eq!((ib + arp, arp), (frames.len(), 2), "{text}");
         }
     }
     drop(ba);
