@@ -23,7 +23,8 @@
 //! port_count(), port_ids(), port_by_name(name), port_name(id)
 //! Port::new(PortId) -> Result<Port> (Error::PortOutOfRange lists valid ids), Port::all()
 //!   configure(&PortConfig, &Mempool) -> ConfiguredPort   (queues, descs, MTU, offloads enabled)
-//!   start/stop/close, mac_addr/set_mac_addr, set_promiscuous/promiscuous, link()/link_wait(),
+//!   start/stop/close, mac_addr/set_mac_addr, set_promiscuous/promiscuous, set_allmulticast,
+//!   link()/link_wait(),
 //!   info() -> PortInfo (driver, device name, MAC, MTU min/max, max queues, offload capa, ...),
 //!   stats()/reset_stats() -> PortStats, xstats()/xstat_names()/reset_xstats()
 //!   rx_burst(QueueId, &mut batch) -> Result<u16>            fills the batch's free slots

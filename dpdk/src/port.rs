@@ -588,6 +588,23 @@ impl Port {
     }
 
     /// Promiscuous mode on/off.
+    /// Receive all multicast frames (`rte_eth_allmulticast_enable/disable`); IPv6 neighbour
+    /// discovery needs the solicited-node groups (33:33:ff:xx:xx:xx).
+    pub fn set_allmulticast(&self, on: bool) -> Result<()> {
+        // SAFETY: valid port id.
+        let r = unsafe {
+            if on {
+                sys::rte_eth_allmulticast_enable(self.id.0)
+            } else {
+                sys::rte_eth_allmulticast_disable(self.id.0)
+            }
+        };
+        if r != 0 {
+            return Err(Error::from_ret(if on { "rte_eth_allmulticast_enable" } else { "rte_eth_allmulticast_disable" }, r));
+        }
+        Ok(())
+    }
+
     pub fn set_promiscuous(&self, on: bool) -> Result<()> {
         // SAFETY: valid port id.
         let r = unsafe {

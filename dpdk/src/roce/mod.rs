@@ -423,6 +423,13 @@ impl RoceDevice {
         if have < frame_len {
             return Err(RoceError::PoolTooSmall { need: frame_len, have });
         }
+        // Neighbour solicitations go to solicited-node multicast MACs: without all-multicast
+        // (or promiscuous mode) a real NIC filters them out. PMDs without the knob (memif,
+        // ring) deliver everything anyway, so a refusal is only logged. Every device has an
+        // IPv6 link-local GID, so this is always wanted.
+        if let Err(e) = port.set_allmulticast(true) {
+            log::debug!("port {}: all-multicast not enabled ({e}); IPv6 ND relies on the PMD delivering 33:33:ff:* frames", cfg.port.0);
+        }
         let tsc = Tsc::new();
         let start = tsc.now();
         let pcap = match &cfg.pcap {
