@@ -584,6 +584,62 @@ mod tests {
         assert_eq!(ack.aeth.unwrap().msn, Msn::new(9));
     }
 
+    /// Recomputes the ICRC so that a test edit is rejected for its own sake, not the CRC's.
+    fn reseal(f: &mut [u8]) {
+        let n = f.len();
+        let c = icrc::compute(&f[14..n - 4]).unwrap();
+        f[n - 4..].copy_from_slice(&c.to_le_bytes());
+    }
+
+    #[test]
+    fn rejects_inconsistent_lengths_and_flags() {
+        let good = hex(A1_F1);
+        // A pad count on an opcode without payload.
+        let mut f = hex(A1_F2);
+        f[43] |= 0x10;
+        reseal(&mut f);
+        assert!(RoceRepr::parse(&f).is_err());
+        // A pad count on a payload-carrying packet is fine: it shortens the payload.
+        let mut f = good.clone();
+        f[43] |= 0x30;
+        reseal(&mut f);
+        assert_eq!(RoceRepr::parse(&f).unwrap().1, 54..115);
+        // Transport length not a multiple of 4 (one byte more, lengths adjusted).
+        let mut f = good.clone();
+        f.insert(100, 0x7b);
+        f[17] += 1; // IP total length
+        f[39] += 1; // UDP length
+        reseal(&mut f);
+        assert!(RoceRepr::parse(&f).is_err());
+        // UDP length disagreeing with the IP length.
+        let mut f = good.clone();
+        f[39] -= 4;
+        reseal(&mut f);
+        assert!(RoceRepr::parse(&f).is_err());
+        // IPv4 fragments, IP options, a non-UDP protocol.
+        for (i, v) in [(20usize, 0x20u8), (14, 0x46), (23, 6)] {
+            let mut f = good.clone();
+            if i == 20 {
+                f[i] |= v;
+            } else {
+                f[i] = v;
+            }
+            reseal(&mut f);
+            assert!(RoceRepr::parse(&f).is_err(), "byte {i}");
+        }
+        // A reserved AETH syndrome.
+        let mut f = hex(A1_F2);
+        f[54] = 0x40;
+        reseal(&mut f);
+        assert!(RoceRepr::parse(&f).is_err());
+        assert!(RoceRepr::parse_without_icrc(&f).is_err());
+        // parse_without_icrc shows a frame with a bad ICRC; parse does not.
+        let mut f = good.clone();
+        f[60] ^= 1;
+        assert!(RoceRepr::parse(&f).is_err());
+        assert!(RoceRepr::parse_without_icrc(&f).is_ok());
+    }
+
     #[test]
     fn rejects_non_roce() {
         let mut f = hex(A1_F2);
