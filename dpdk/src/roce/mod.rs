@@ -100,6 +100,7 @@
 //! Fault injection (test feature): see [`fault`]. Capture: see [`pcap`]; every ARP, ND and
 //! RoCE frame received (before RX faults) and sent (after TX faults).
 
+pub mod cm;
 pub mod fault;
 #[allow(unsafe_code)]
 pub mod memory;

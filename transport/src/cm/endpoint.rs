@@ -156,6 +156,38 @@ impl CmEndpoint {
         self.insert(incoming.peer, conn)
     }
 
+    /// [`Self::accept`] with consumer private data in the REP (at most 196 bytes; more is cut).
+    pub fn accept_with_private_data(
+        &mut self,
+        now: Instant,
+        incoming: &Incoming,
+        local_qpn: Qpn,
+        starting_psn: Psn,
+        local_ca_guid: u64,
+        private_data: &[u8],
+    ) -> ConnHandle {
+        self.pending
+            .remove(&(incoming.peer, incoming.req.local_comm_id));
+        let mut rep = RepRepr::accepting(
+            &incoming.req,
+            self.fresh_comm_id(),
+            local_qpn,
+            starting_psn,
+            local_ca_guid,
+        );
+        let n = private_data.len().min(rep.private_data.len());
+        rep.private_data[..n].copy_from_slice(&private_data[..n]);
+        let mut conn = Connection::accept(
+            now,
+            self.config,
+            incoming.transaction_id,
+            &incoming.req,
+            rep,
+        );
+        conn.set_dreq_transaction_id(self.fresh_tid());
+        self.insert(incoming.peer, conn)
+    }
+
     /// Refuses `incoming` (reason 28, consumer defined, is what `rdma_reject` sends).
     pub fn reject(&mut self, incoming: &Incoming, reason: RejectReason, private_data: &[u8]) {
         self.pending
