@@ -409,6 +409,8 @@ impl CmAgent {
             req.remote_cm_response_timeout = t;
             req.local_cm_response_timeout = t;
         }
+        // Linux: local ACK timeout = packet life time + 1 (19 for RoCE's 18).
+        req.primary_path.local_ack_timeout = (self.cfg.cm.packet_life_time + 1).min(31);
         if let Some(n) = self.cfg.max_cm_retries {
             req.max_cm_retries = n;
         }
