@@ -47,6 +47,8 @@ CASES=(
   transport_rc_pingpong_4096_droce_server transport_rc_pingpong_4096_droce_client
   transport_rc_pingpong_loss5_droce_server transport_rc_pingpong_loss5_droce_client
   transport_ud_pingpong_droce_server transport_ud_pingpong_droce_client
+  transport_send_lat_droce_server transport_send_lat_droce_client
+  transport_write_bw_droce_server transport_write_bw_droce_client
   transport_read_lat_droce_server transport_read_lat_droce_client
   transport_atomic_lat_fadd_droce_server transport_atomic_lat_fadd_droce_client
   transport_atomic_lat_cswap_droce_server transport_atomic_lat_cswap_droce_client
@@ -240,7 +242,7 @@ verdict() {
   return 0
 }
 summary_line() {  # the tool's own result line, for the PASS message
-  grep -hE 'usec/iter|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+|ping data|client DISCONNECT' "$OUT/$CASE.vm.log" 2>/dev/null | tail -1 | tr -s ' ' | cut -c1-120
+  grep -hE 'usec/iter|^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+|ping data|client DISCONNECT' "$OUT/$CASE.vm.log" "$OUT/$CASE.droce.log" 2>/dev/null | head -1 | tr -s ' \t' '  ' | cut -c1-120
 }
 
 # droce server + rxe client, and rxe server + droce client, generic for the TCP-exchange tools
@@ -355,6 +357,10 @@ case_transport_rc_pingpong_4096_droce_client() { pair_droce_client probe - "-s 4
 case_transport_rc_pingpong_loss5_droce_server() { loss_case server probe; }
 case_transport_rc_pingpong_loss5_droce_client() { loss_case client probe; }
 case_transport_ud_pingpong_droce_server() { pair_droce_server probe - "--ud -s 512 -n $N" "$udpp"; }
+case_transport_send_lat_droce_server() { pair_droce_server probe - "--perftest send_lat -s 64 -n $N" "$(pt ib_send_lat -s 64 -n $N)"; }
+case_transport_send_lat_droce_client() { pair_droce_client probe - "--perftest send_lat -s 64 -n $N" "$(pt ib_send_lat -s 64 -n $N)"; }
+case_transport_write_bw_droce_server() { pair_droce_server probe - "--perftest write_bw -s 65536 -n $N" "$(pt ib_write_bw -s 65536 -n $N --report_gbits)"; }
+case_transport_write_bw_droce_client() { pair_droce_client probe - "--perftest write_bw -s 65536 -n $N" "$(pt ib_write_bw -s 65536 -n $N --report_gbits)"; }
 case_transport_read_lat_droce_server()  { pair_droce_server probe - "--perftest read_lat -s 64 -n $N" "$(pt ib_read_lat -s 64 -n $N)"; }
 case_transport_read_lat_droce_client()  { pair_droce_client probe - "--perftest read_lat -s 64 -n $N" "$(pt ib_read_lat -s 64 -n $N)"; }
 case_transport_atomic_lat_fadd_droce_server()  { pair_droce_server probe - "--perftest atomic_fadd -n $N"  "$(pt ib_atomic_lat -A FETCH_AND_ADD -n $N)"; }

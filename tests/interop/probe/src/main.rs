@@ -4,7 +4,8 @@
 //! usage: droce-rxe-probe IFACE MAC IP PEER_MAC [SERVER_IP] [--ud] [-s SIZE] [-n ITERS] [-p PORT] [-t SECS]
 //!   without SERVER_IP: server (listens on TCP PORT, default 18515); with it: client.
 //!   --ud: an `ibv_ud_pingpong` peer instead (UD QP, Q_Key 0x11111111, 40-byte GRH area).
-//!   --perftest read_lat|atomic_fadd|atomic_cswap: an `ib_read_lat` / `ib_atomic_lat -A
+//!   --perftest read_lat|atomic_fadd|atomic_cswap|send_lat|write_bw: an `ib_read_lat` /
+//!   `ib_send_lat` / `ib_write_bw` / `ib_atomic_lat -A
 //!   FETCH_AND_ADD|CMP_AND_SWAP` peer (perftest 4.5 TCP exchange; the client checks that the
 //!   atomic results follow the sequence its own operations imply).
 //! The TCP exchange is rdma-core's 52-byte "LID:QPN:PSN:GID" message (docs/interop.md (a)).
@@ -96,6 +97,9 @@ impl RawSock {
             if libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) < 0 {
                 die(&format!("bind({iface}): {}", std::io::Error::last_os_error()));
             }
+            // a large receive buffer: under TCG the probe can fall behind a burst of WRITEs
+            let sz: libc::c_int = 8 << 20;
+            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &sz as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32);
             RawSock { fd, ifindex }
         }
     }
@@ -195,6 +199,8 @@ fn main() {
                     "read_lat" => perftest::Test::ReadLat,
                     "atomic_fadd" => perftest::Test::FetchAdd,
                     "atomic_cswap" => perftest::Test::CmpSwap,
+                    "send_lat" => perftest::Test::SendLat,
+                    "write_bw" => perftest::Test::WriteBw,
                     t => die(&format!("unknown --perftest {t}")),
                 });
                 i += 1;

@@ -17,6 +17,8 @@ pub enum Test {
     ReadLat,
     FetchAdd,
     CmpSwap,
+    SendLat,
+    WriteBw,
 }
 
 /// Our `out_reads` (perftest: the device's max_qp_rd_atom for READ/ATOMIC tests).
@@ -77,7 +79,7 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
     let _arp = arp_thread(iface.to_string(), mac, ip);
     let sock = RawSock::open(iface);
     let my_gid = Gid::from_ipv4(ip);
-    let size = if test == Test::ReadLat { size.max(1) } else { 8 };
+    let size = if matches!(test, Test::FetchAdd | Test::CmpSwap) { 8 } else { size.max(1) };
     let slot = size.div_ceil(4096) as u64 * 4096;
     let base = 0x2000_0000u64;
     let seed = std::process::id() as u64 ^ 0xbeef;
@@ -87,14 +89,15 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
     let mr = dev.reg_mr(pd, base, 2 * slot, AccessFlags::ALL).unwrap();
     let cq = dev.create_cq(256).unwrap();
     let qp = dev
-        .create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap { max_send_wr: 16, max_recv_wr: 16, ..QpCap::default() }, sq_sig_all: true })
+        .create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq: None, cap: QpCap { max_send_wr: 64, max_recv_wr: 64, ..QpCap::default() }, sq_sig_all: true })
         .unwrap_or_else(|e| die(&format!("create_qp: {e:?}")));
     let (a, m) = init_attr(AccessFlags::ALL);
     dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("INIT: {e:?}")));
     // The remotely accessible half: a byte pattern for READs, 0 for atomics.
     let exposed = base + slot;
     let pattern: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
-    dev.memory_mut().write(exposed, if test == Test::ReadLat { &pattern } else { &[0u8; 8] }).unwrap();
+    dev.memory_mut().write(exposed, if matches!(test, Test::FetchAdd | Test::CmpSwap) { &[0u8; 8] } else { &pattern }).unwrap();
+    dev.memory_mut().write(base, &pattern).unwrap();
     let me = Key {
         out_reads: OUT_READS,
         qpn: dev.query_qp(qp).unwrap().qp_num.value(),
@@ -124,7 +127,11 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
     let rmtu = xchg(&mut s, client, b"3\0");
     println!("peer MTU code {:?}", String::from_utf8_lossy(&rmtu[..1]));
     let mine = key_msg(&me);
-    let _ = xchg(&mut s, client, &mine);
+    // Hand shakes before connecting: lat READ/ATOMIC tests 2 (HS, HS x N), SEND and bw tests 1.
+    let lat_ra = matches!(test, Test::ReadLat | Test::FetchAdd | Test::CmpSwap);
+    if lat_ra {
+        let _ = xchg(&mut s, client, &mine);
+    }
     let peer = parse_key(&xchg(&mut s, client, &mine));
     let av = AddressVector { dgid: peer.gid, dmac: peer_mac, sgid_index: 0, hop_limit: 0xff, traffic_class: 0, flow_label: 0 };
     let (a, m) = rtr_attr(av, PathMtu::Mtu1024, Qpn::new(peer.qpn), Psn::new(peer.psn), OUT_READS as u8, 12);
@@ -133,23 +140,46 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
     dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTS: {e:?}")));
     let _ = xchg(&mut s, client, &mine);
     let _ = xchg(&mut s, client, &mine);
+    if test == Test::SendLat {
+        // receives first, then the hand shake "so the client won't send before the server posted"
+        for k in 0..32u64 {
+            dev.post_recv(qp, droce_transport::verbs::RecvWr::new(k).with_sge(exposed, size as u32, mr.lkey)).unwrap();
+        }
+        let _ = xchg(&mut s, client, &mine);
+    }
     println!("  local address:  QPN 0x{:06x}, PSN 0x{:06x}, RKey 0x{:08x}, VAddr 0x{:016x}, out_reads {}", me.qpn, me.psn, me.rkey, me.vaddr, me.out_reads);
     println!("  remote address: QPN 0x{:06x}, PSN 0x{:06x}, RKey 0x{:08x}, VAddr 0x{:016x}, out_reads {}, GID {}", peer.qpn, peer.psn, peer.rkey, peer.vaddr, peer.out_reads, peer.gid);
 
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(secs);
     let mut pump = Pump::new(sock, mac, &dev);
+    if test == Test::SendLat {
+        send_lat(&mut dev, &mut pump, qp, cq, client, base, exposed, size, mr.lkey, iters, t0, deadline, &pattern);
+        let _ = xchg(&mut s, client, &mine);
+        let _ = s.write_all(b"done\0");
+        pump.linger(&mut dev, t0, 300);
+        return;
+    }
+    if test == Test::WriteBw && client {
+        let bw = write_bw(&mut dev, &mut pump, qp, cq, base, size, mr.lkey, iters, t0, deadline, &peer);
+        let _ = xchg(&mut s, true, &mine);
+        xchg_report(&mut s, true, size, iters, bw);
+        let _ = xchg(&mut s, true, &mine);
+        let _ = s.write_all(b"done\0");
+        pump.linger(&mut dev, t0, 300);
+        return;
+    }
     if client {
         // Requester: one operation at a time, as ib_read_lat / ib_atomic_lat.
         let mut expect = 0u64; // atomics: what we believe the peer's word holds after the first op
         let mut bad = 0u32;
         let mut lat = Vec::with_capacity(iters as usize);
         for i in 0..iters {
-            let wr = SendWr::new(u64::from(i), match test { Test::ReadLat => SendOpcode::Read, Test::FetchAdd => SendOpcode::FetchAdd, Test::CmpSwap => SendOpcode::CmpSwap })
+            let wr = SendWr::new(u64::from(i), match test { Test::FetchAdd => SendOpcode::FetchAdd, Test::CmpSwap => SendOpcode::CmpSwap, _ => SendOpcode::Read })
                 .with_sge(base, size as u32, mr.lkey)
                 .with_remote(peer.vaddr, Rkey(peer.rkey));
             let wr = match test {
-                Test::ReadLat => wr,
+                Test::ReadLat | Test::SendLat | Test::WriteBw => wr,
                 Test::FetchAdd => wr.with_atomic(1, 0),
                 Test::CmpSwap => wr.with_atomic(expect, expect.wrapping_add(1)),
             };
@@ -215,6 +245,14 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
         }
         s.set_nonblocking(false).unwrap();
         let _ = s.write_all(&mine);
+        if test == Test::WriteBw {
+            // xchg_bw_reports (server: read then write), then close (hand shake + "done")
+            xchg_report(&mut s, false, size, iters, 0.0);
+            let _ = xchg(&mut s, false, &mine);
+            let mut w = vec![0u8; size];
+            dev.memory().read(exposed, &mut w).unwrap();
+            println!("last WRITE landed: {}", if w == pattern_of(size) { "payload as expected" } else { "payload differs" });
+        }
         let _ = s.write_all(b"done\0");
         let mut w = [0u8; 8];
         dev.memory().read(exposed, &mut w).unwrap();
@@ -258,4 +296,102 @@ impl Pump {
             self.step(dev, t0);
         }
     }
+}
+
+fn pattern_of(size: usize) -> Vec<u8> {
+    (0..size).map(|i| (i % 251) as u8).collect()
+}
+
+/// xchg_bw_reports: one ctx_xchg_data per field (size, iters: 8 bytes each; bw_peak, bw_avg,
+/// msgRate: doubles as big-endian 64-bit integers).
+fn xchg_report(s: &mut TcpStream, client: bool, size: usize, iters: u32, gbps: f64) {
+    let mut fields = vec![(size as u64).to_be_bytes(), u64::from(iters).to_be_bytes()];
+    for d in [gbps, gbps, gbps * 1e9 / 8.0 / size as f64 / 1e6] {
+        fields.push(d.to_bits().to_be_bytes());
+    }
+    let theirs: Vec<u64> = fields.iter().map(|f| u64::from_be_bytes(xchg(s, client, f).try_into().unwrap())).collect();
+    println!("peer report: size {} iters {} bw_avg {:.6} Gb/s", theirs[0], theirs[1], f64::from_bits(theirs[3]));
+}
+
+fn wait_wc(dev: &mut Device<VecMemory>, pump: &mut Pump, cq: droce_transport::verbs::CqHandle, t0: Instant, deadline: Instant, what: &str) -> droce_transport::verbs::WorkCompletion {
+    loop {
+        if let Some(wc) = dev.poll_cq_one(cq).unwrap() {
+            if wc.status != WcStatus::Success {
+                die(&format!("{what}: completion {:?} status {:?}", wc.opcode, wc.status));
+            }
+            return wc;
+        }
+        if Instant::now() > deadline {
+            die(&format!("timeout in {what}; frames rx {} tx {}; counters {:?}", pump.rx, pump.tx, dev.counters()));
+        }
+        pump.step(dev, t0);
+    }
+}
+
+/// ib_send_lat's ping-pong: the client sends first; each side sends after each receive.
+#[allow(clippy::too_many_arguments)]
+fn send_lat(dev: &mut Device<VecMemory>, pump: &mut Pump, qp: droce_transport::qp::QpHandle, cq: droce_transport::verbs::CqHandle, client: bool, base: u64, rbuf: u64, size: usize, lkey: droce_transport::Lkey, iters: u32, t0: Instant, deadline: Instant, pattern: &[u8]) {
+    use droce_transport::status::WcOpcode;
+    let (mut sent, mut rcvd, mut posted_rx, mut bad, mut scomp) = (0u32, 0u32, 32u64, 0u32, 0u32);
+    let post = |dev: &mut Device<VecMemory>, i: u32| dev.post_send(qp, SendWr::new(u64::from(i) | 1 << 62, SendOpcode::Send).with_sge(base, size as u32, lkey)).unwrap_or_else(|e| die(&format!("post_send: {e:?}")));
+    if client {
+        post(dev, 0);
+        sent = 1;
+    }
+    let mut lat = Vec::new();
+    let mut ts = Instant::now();
+    while rcvd < iters || scomp < iters {
+        let wc = wait_wc(dev, pump, cq, t0, deadline, &format!("send_lat after {sent} sends, {rcvd} receives"));
+        if wc.opcode == WcOpcode::Send {
+            scomp += 1;
+        }
+        if wc.opcode == WcOpcode::Recv {
+            rcvd += 1;
+            let mut got = vec![0u8; wc.byte_len as usize];
+            dev.memory().read(rbuf, &mut got).unwrap();
+            if wc.byte_len as usize != size {
+                bad += 1;
+            }
+            let _ = pattern;
+            dev.post_recv(qp, droce_transport::verbs::RecvWr::new(posted_rx).with_sge(rbuf, size as u32, lkey)).unwrap();
+            posted_rx += 1;
+            lat.push(ts.elapsed());
+            if sent < iters {
+                ts = Instant::now();
+                post(dev, sent);
+                sent += 1;
+            }
+        }
+    }
+    lat.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec] (round trips seen by this side)");
+    println!(" {size:<6} {iters:<11} {:>13.2} {:>13.2} {:>13.2}", us(lat[0]), us(lat[lat.len() - 1]), us(lat[lat.len() / 2]));
+    println!("frames rx {} tx {}", pump.rx, pump.tx);
+    if bad != 0 {
+        die(&format!("{bad} receives had a length other than {size}"));
+    }
+}
+
+/// ib_write_bw's client: a window of WRITEs of `size` to the peer's buffer.
+#[allow(clippy::too_many_arguments)]
+fn write_bw(dev: &mut Device<VecMemory>, pump: &mut Pump, qp: droce_transport::qp::QpHandle, cq: droce_transport::verbs::CqHandle, base: u64, size: usize, lkey: droce_transport::Lkey, iters: u32, t0: Instant, deadline: Instant, peer: &Key) -> f64 {
+    let (mut posted, mut done) = (0u32, 0u32);
+    let window = 16u32;
+    let ts = Instant::now();
+    while done < iters {
+        while posted < iters && posted - done < window {
+            let wr = SendWr::new(u64::from(posted), SendOpcode::Write).with_sge(base, size as u32, lkey).with_remote(peer.vaddr, Rkey(peer.rkey));
+            dev.post_send(qp, wr).unwrap_or_else(|e| die(&format!("post_send: {e:?}")));
+            posted += 1;
+        }
+        let _ = wait_wc(dev, pump, cq, t0, deadline, &format!("write_bw after {done} of {iters} WRITEs"));
+        done += 1;
+    }
+    let secs = ts.elapsed().as_secs_f64();
+    let gbps = size as f64 * f64::from(iters) * 8.0 / secs / 1e9;
+    println!(" #bytes     #iterations    BW average[Gb/sec]   MsgRate[Mpps]");
+    println!(" {size:<10} {iters:<14} {gbps:.6}   {:.6}", f64::from(iters) / secs / 1e6);
+    println!("frames rx {} tx {}", pump.rx, pump.tx);
+    gbps
 }
