@@ -12,6 +12,7 @@ mod config;
 mod fwd;
 mod modes;
 mod pkt;
+mod rdma;
 mod stats;
 
 fn main() {
@@ -19,6 +20,9 @@ fn main() {
     // Messages of the droce crates (log facade); RUST_LOG=debug shows more.
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(code) = rdma::dispatch(&argv) {
+        std::process::exit(code);
+    }
     let code = match args::parse(&argv) {
         Ok(args::Parsed::Help) => {
             print!("{}", args::usage());

@@ -1,0 +1,798 @@
+//! The perftest-compatible tests: handshake sequences of perftest 4.5 (docs/interop.md (b)),
+//! the test loops, verification and the report.
+
+use super::dev::{check_wc, verb, Buffer, Ctrl, Dev, Rng, Setup, R};
+use super::exchange::{self, BwReport, KeyMsg, DONE, KEY_MSG_LEN, VERSION_LEN};
+use super::opts::{AtomicOp, Opts, Progress, Test};
+use super::report::{self, address_line, bw_row, bw_stats, check_pattern, fill_pattern, lat_row, lat_stats, BW_COLUMNS, LAT_COLUMNS, LINE};
+use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
+use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
+use droce_transport::status::WcOpcode;
+use droce_transport::verbs::{AccessFlags, CqHandle, MemoryRegion, RecvWr, SendOpcode, SendWr, UdDest};
+use droce_transport::{Gid, Psn, QKey, Qpn, Rkey};
+use std::time::{Duration, Instant};
+
+pub const DEF_QKEY: u32 = 0x1111_1111;
+pub const GRH: u64 = 40;
+/// READ/atomic credits droce announces (`out_reads`); rxe announces 0x80.
+const OUT_READS: u16 = 16;
+
+pub struct QpCtx {
+    pub h: QpHandle,
+    pub qpn: u32,
+    pub psn: u32,
+    pub remote: Option<KeyMsg>,
+    pub ud: Option<UdDest>,
+}
+
+/// Everything a run needs besides the control connection.
+pub struct Run {
+    pub o: Opts,
+    pub mr: MemoryRegion,
+    pub cq: CqHandle,
+    pub qps: Vec<QpCtx>,
+    /// Bytes per slot (message size, +40 GRH area for UD receives, 64-byte aligned).
+    pub slot: u64,
+    /// Slots of the peer-visible region per QP.
+    pub nslots: u64,
+    pub tx_slots: u64,
+    pub mtu: u32,
+    pub side: &'static str,
+    pub gid: Gid,
+}
+
+impl Run {
+    fn region(&self, q: usize) -> u64 {
+        self.mr.va + q as u64 * (self.nslots + self.tx_slots) * self.slot
+    }
+    /// Slot `k` of QP `q`'s peer-visible region (receives, remote WRITE target, READ/atomic source).
+    pub fn rslot(&self, q: usize, k: u64) -> u64 {
+        self.region(q) + (k % self.nslots) * self.slot
+    }
+    /// Slot `k` of QP `q`'s local region (send source, READ/atomic destination).
+    pub fn tslot(&self, q: usize, k: u64) -> u64 {
+        self.region(q) + self.nslots * self.slot + (k % self.tx_slots) * self.slot
+    }
+    fn tx_depth(&self) -> u64 {
+        self.tx_slots
+    }
+    fn remote(&self, q: usize) -> &KeyMsg {
+        self.qps[q].remote.as_ref().expect("connected")
+    }
+    fn rkey(&self, q: usize) -> Rkey {
+        let k = self.remote(q).rkey;
+        Rkey(if self.o.bad_rkey { k ^ 0x5a5a_0000 ^ 0xff } else { k })
+    }
+    /// Where the peer wants our WRITE/READ/atomic: its vaddr (slot 0 of its region) + slot.
+    fn raddr(&self, q: usize, k: u64) -> u64 {
+        self.remote(q).vaddr + (k % self.nslots) * self.slot
+    }
+    fn key(&self, q: usize) -> KeyMsg {
+        KeyMsg {
+            lid: 0,
+            out_reads: if matches!(self.o.test, Test::ReadLat | Test::ReadBw | Test::AtomicLat | Test::AtomicBw) { OUT_READS } else { 1 },
+            qpn: self.qps[q].qpn,
+            psn: self.qps[q].psn,
+            rkey: self.mr.rkey.0,
+            vaddr: self.rslot(q, 0),
+            gid: self.gid,
+            srqn: 0,
+        }
+    }
+    /// Data of message `i` on QP `q` (write_lat: the last byte is perftest's iteration marker).
+    fn payload(&self, q: usize, i: u64) -> Vec<u8> {
+        let mut v = vec![0u8; self.o.size as usize];
+        fill_pattern(&mut v, q, i);
+        if self.o.test == Test::WriteLat {
+            if let Some(l) = v.last_mut() {
+                *l = marker(i);
+            }
+        }
+        v
+    }
+    fn check(&self, dev: &Dev, addr: u64, q: usize, i: u64, what: &str) -> R<()> {
+        let mut v = vec![0u8; self.o.size as usize];
+        dev.read_mem(addr, &mut v)?;
+        let n = if self.o.test == Test::WriteLat { v.len().saturating_sub(1) } else { v.len() };
+        if let Some(off) = check_pattern(&v[..n], q, i) {
+            return Err(format!(
+                "verify failed at {}: {what} {i} on QP {q}: byte {off} is {:#04x}, expected {:#04x}",
+                self.side,
+                v[off],
+                report::pattern_byte(q, i, off)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// perftest's write_lat marker: never 0, differs between consecutive iterations.
+fn marker(i: u64) -> u8 {
+    (i % 255) as u8 + 1
+}
+
+fn mtu_of(p: PathMtu) -> u32 {
+    p.bytes()
+}
+
+pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
+    let client = !o.is_server();
+    let side = if client { "client" } else { "server" };
+    let dev = setup.dev.manual()?;
+    let dev_mtu = mtu_of(dev.path_mtu());
+    let want = o.mtu.unwrap_or(dev_mtu.min(1024)).min(dev_mtu);
+    let local_code = exchange::mtu_code(want).ok_or("bad MTU")?;
+    let gid = Gid::from_ipv4(o.roce_ip());
+    let sgid = dev.gid_index(&gid).ok_or("own GID missing from the GID table")?;
+
+    // resources
+    let bw = !o.test.is_lat();
+    let tx_slots = o.tx_depth.unwrap_or(if bw { 128 } else { 1 }).max(1) as u64;
+    let tx_slots = if o.test == Test::SendLat { tx_slots.max(8) } else { tx_slots };
+    let mut size = o.size;
+    if o.ud {
+        size = size.min(want as u64);
+    }
+    let slot = (size + if o.ud { GRH } else { 0 }).max(8).next_multiple_of(64);
+    let cap_slots = ((64u64 << 20) / (slot * o.qps as u64)).max(1);
+    let nslots = match o.test {
+        Test::SendBw => o.rx_depth.unwrap_or(512).max(1) as u64,
+        Test::SendLat => o.rx_depth.unwrap_or(16).max(2) as u64,
+        Test::WriteBw | Test::ReadBw | Test::ReadLat if o.verify => o.iters.min(cap_slots),
+        _ => 1,
+    };
+    let total = o.qps as u64 * (nslots + tx_slots) * slot;
+    // the device may write into the buffer until it is dropped (after this function, in
+    // Setup::finish, or in the engine thread): the buffer lives as long as the process
+    let buf: &'static mut Buffer = Box::leak(Box::new(Buffer::new(total)?));
+    let pd = dev.device_mut().alloc_pd();
+    let mr = buf.register(dev, pd)?;
+    let cq_depth = (o.qps as u64 * (nslots + tx_slots) + 64).min(1 << 20) as usize;
+    let cq = verb("create_cq", dev.device_mut().create_cq(cq_depth))?;
+    let mut rng = Rng::new();
+    let mut qps = Vec::new();
+    for _ in 0..o.qps {
+        let cap = QpCap { max_send_wr: tx_slots as u32 + 16, max_recv_wr: nslots as u32 + 16, ..QpCap::default() };
+        let t = if o.ud { QpType::Ud } else { QpType::Rc };
+        let h = verb("create_qp", dev.device_mut().create_qp(QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false }))?;
+        let qpn = verb("query_qp", dev.device().query_qp(h))?.qp_num.value();
+        qps.push(QpCtx { h, qpn, psn: rng.psn(), remote: None, ud: None });
+    }
+    let mut r = Run { o: o.clone(), mr, cq, qps, slot, nslots, tx_slots, mtu: want, side, gid };
+    r.o.size = size;
+
+    // sources the peer reads: slot k of QP q holds pattern(q, k); atomic targets start at 0
+    if matches!(o.test, Test::ReadBw | Test::ReadLat) {
+        for q in 0..o.qps {
+            for k in 0..nslots {
+                let p = r.payload(q, k);
+                setup.dev.write_mem(r.rslot(q, k), &p)?;
+            }
+        }
+    }
+
+    // TCP and the perftest startup exchange
+    let mut ctrl = match &o.server {
+        Some(s) => Ctrl::connect(s, o.tcp_port, o.timeout, &mut setup.dev)?,
+        None => Ctrl::accept(o.tcp_port, o.timeout, &mut setup.dev)?,
+    };
+    let dv = &mut setup.dev;
+    let v = ctrl.xchg(&exchange::version_msg(), dv, "the perftest version")?;
+    let rv = exchange::parse_version(&v[..VERSION_LEN]).unwrap_or(0.0);
+    if rv < 5.70 {
+        return Err(format!("peer's perftest version {rv:.2} is older than 5.70: not compatible"));
+    }
+    ctrl.xchg(&4096u32.to_be_bytes(), dv, "the cycle buffer size")?;
+    ctrl.xchg(&64u32.to_be_bytes(), dv, "the cache line size")?;
+    let m = ctrl.xchg(&exchange::mtu_msg(local_code), dv, "the MTU")?;
+    let code = exchange::parse_mtu_msg(&m).map(|c| c.min(local_code)).unwrap_or(local_code);
+    r.mtu = exchange::mtu_bytes(code).unwrap_or(want);
+    if o.ud && r.o.size > r.mtu as u64 {
+        r.o.size = r.mtu as u64;
+    }
+
+    let hs_all = |r: &mut Run, ctrl: &mut Ctrl, dv: &mut Dev| -> R<()> {
+        for q in 0..r.qps.len() {
+            let k = ctrl.xchg(&r.key(q).encode(), dv, "the peer's QP keys")?;
+            let k = KeyMsg::decode(&k[..KEY_MSG_LEN])?;
+            if k.gid == Gid::ZERO {
+                return Err("the peer sent a zero GID: RoCE needs a GID (run perftest with -x 1)".into());
+            }
+            r.qps[q].remote = Some(k);
+        }
+        Ok(())
+    };
+    let hs = |r: &Run, ctrl: &mut Ctrl, dv: &mut Dev, what: &str| -> R<()> {
+        ctrl.xchg(&r.key(0).encode(), dv, what).map(|_| ())
+    };
+    let print_addrs = |r: &Run| {
+        for q in 0..r.qps.len() {
+            let k = r.key(q);
+            print!("{}", address_line("local", k.qpn, k.psn, k.rkey, k.vaddr, &k.gid));
+        }
+        for q in 0..r.qps.len() {
+            let k = r.remote(q);
+            print!("{}", address_line("remote", k.qpn, k.psn, k.rkey, k.vaddr, &k.gid));
+        }
+        println!("{LINE}");
+    };
+    let conn = if o.ud { "UD" } else { "RC" };
+    let mut extra = Vec::new();
+    if matches!(o.test, Test::AtomicLat | Test::AtomicBw) {
+        extra.push(("Atomic Operation".to_string(), if o.atomic == AtomicOp::FetchAdd { "FETCH_AND_ADD" } else { "CMP_AND_SWAP" }.to_string()));
+    }
+    if matches!(o.test, Test::ReadLat | Test::ReadBw | Test::AtomicBw | Test::AtomicLat) {
+        extra.push(("Outstand reads".to_string(), OUT_READS.to_string()));
+    }
+    extra.push(("Progress".to_string(), if o.progress == Progress::Thread { "engine thread" } else { "manual" }.to_string()));
+    if o.verify {
+        extra.push(("Data check".to_string(), "ON (every byte)".to_string()));
+    }
+    let title = match (o.test, o.atomic) {
+        (Test::AtomicLat, AtomicOp::CmpSwap) => "Atomic CMP_AND_SWAP Latency Test",
+        (Test::AtomicBw, AtomicOp::CmpSwap) => "Atomic CMP_AND_SWAP BW Test",
+        (t, _) => t.title(),
+    };
+    let print_header = |r: &Run| {
+        print!(
+            "{}",
+            report::header(&report::Header {
+                title,
+                qps: r.qps.len(),
+                conn,
+                mtu: r.mtu,
+                tx_depth: r.tx_depth() as usize,
+                gid_index: sgid,
+                device: "droce0",
+                extra: extra.clone(),
+            })
+        );
+    };
+
+    match o.test {
+        Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+            hs_all(&mut r, &mut ctrl, dv)?;
+            connect(&r, dv, sgid)?;
+            hs_all(&mut r, &mut ctrl, dv)?;
+            print_header(&r);
+            print_addrs(&r);
+            hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
+            if o.progress == Progress::Thread {
+                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+            }
+            if client {
+                let (stats, secs) = bw_client(&mut r, dv)?;
+                let _ = secs;
+                hs(&r, &mut ctrl, dv, "the handshake after the test")?;
+                let rep = BwReport { size: r.o.size, iters: o.iters, bw_peak: stats.peak_mbs, bw_avg: stats.avg_mbs, msg_rate: stats.mpps };
+                xchg_reports(&mut ctrl, dv, &rep)?;
+                close(&r, &mut ctrl, dv)?;
+                println!("{BW_COLUMNS}");
+                println!("{}", bw_row(r.o.size, o.iters, &stats));
+                println!("{LINE}");
+            } else {
+                // passive: the client's test runs while we wait in this handshake
+                hs(&r, &mut ctrl, dv, "the end of the client's test")?;
+                let zero = BwReport { size: r.o.size, iters: o.iters, bw_peak: 0.0, bw_avg: 0.0, msg_rate: 0.0 };
+                let theirs = xchg_reports(&mut ctrl, dv, &zero)?;
+                close(&r, &mut ctrl, dv)?;
+                println!("{BW_COLUMNS}");
+                let s = report::BwStats { peak_mbs: theirs.bw_peak, avg_mbs: theirs.bw_avg, mpps: theirs.msg_rate };
+                println!("{}", bw_row(theirs.size, theirs.iters, &s));
+                println!("{LINE}");
+                if o.verify {
+                    verify_server(&r, dv, o.iters, false)?;
+                }
+            }
+        }
+        Test::WriteLat | Test::ReadLat | Test::AtomicLat => {
+            hs(&r, &mut ctrl, dv, "the first handshake")?;
+            hs_all(&mut r, &mut ctrl, dv)?;
+            connect(&r, dv, sgid)?;
+            hs_all(&mut r, &mut ctrl, dv)?;
+            print_header(&r);
+            print_addrs(&r);
+            hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
+            if o.progress == Progress::Thread {
+                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+            }
+            if o.test == Test::WriteLat {
+                let samples = write_lat(&mut r, dv, client)?;
+                print_lat(&r, &samples);
+            } else if client {
+                let samples = read_atomic_lat(&mut r, dv)?;
+                close(&r, &mut ctrl, dv)?;
+                print_lat(&r, &samples);
+            } else {
+                close(&r, &mut ctrl, dv)?;
+                if o.verify && matches!(o.test, Test::AtomicLat) {
+                    verify_server(&r, dv, o.iters, true)?;
+                }
+                println!(" droce server: the client's test finished");
+                println!("{LINE}");
+            }
+        }
+        Test::SendLat | Test::SendBw => {
+            hs_all(&mut r, &mut ctrl, dv)?;
+            connect(&r, dv, sgid)?;
+            hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
+            hs_all(&mut r, &mut ctrl, dv)?;
+            if o.ud {
+                for q in 0..r.qps.len() {
+                    let k = *r.remote(q);
+                    let mut av = dv.manual()?.av(k.gid, sgid);
+                    av.hop_limit = 64;
+                    r.qps[q].ud = Some(UdDest { av, remote_qpn: Qpn::new(k.qpn), remote_qkey: QKey(DEF_QKEY) });
+                }
+            }
+            print_header(&r);
+            print_addrs(&r);
+            let receiver = o.test == Test::SendLat || !client;
+            if receiver {
+                for q in 0..r.qps.len() {
+                    for k in 0..r.nslots {
+                        post_recv(&r, dv, q, k)?;
+                    }
+                }
+            }
+            hs(&r, &mut ctrl, dv, "the peer's receives posted")?;
+            if o.progress == Progress::Thread {
+                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+            }
+            if o.test == Test::SendLat {
+                let samples = send_lat(&mut r, dv, client)?;
+                close(&r, &mut ctrl, dv)?;
+                print_lat(&r, &samples);
+            } else if client {
+                let (stats, _) = bw_client(&mut r, dv)?;
+                close(&r, &mut ctrl, dv)?;
+                println!("{BW_COLUMNS}");
+                println!("{}", bw_row(r.o.size, o.iters, &stats));
+                println!("{LINE}");
+            } else {
+                let stats = send_bw_server(&mut r, dv)?;
+                close(&r, &mut ctrl, dv)?;
+                println!("{BW_COLUMNS}");
+                println!("{}", bw_row(r.o.size, o.iters, &stats));
+                println!("{LINE}");
+            }
+        }
+        Test::RcPingpong | Test::UdPingpong => unreachable!("pingpong runs elsewhere"),
+    }
+    if o.verify {
+        println!(" Data check: every byte of every message verified");
+    }
+    Ok(())
+}
+
+fn print_lat(r: &Run, samples: &[f64]) {
+    if let Some(l) = lat_stats(samples) {
+        println!("{LAT_COLUMNS}");
+        println!("{}", lat_row(r.o.size, samples.len() as u64, &l));
+        println!("{LINE}");
+    }
+}
+
+fn xchg_reports(ctrl: &mut Ctrl, dv: &mut Dev, mine: &BwReport) -> R<BwReport> {
+    let parts = mine.parts();
+    let mut got = [[0u8; 8]; 5];
+    for (i, p) in parts.iter().enumerate() {
+        let v = ctrl.xchg(p, dv, "the bandwidth report")?;
+        got[i].copy_from_slice(&v[..8]);
+    }
+    Ok(BwReport::from_parts(&got))
+}
+
+/// `ctx_close_connection`: one more handshake, then "done".
+fn close(r: &Run, ctrl: &mut Ctrl, dv: &mut Dev) -> R<()> {
+    ctrl.xchg(&r.key(0).encode(), dv, "the closing handshake")?;
+    ctrl.write(DONE, dv)
+}
+
+fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
+    let d = dv.manual()?;
+    let mtu = PathMtu::from_bytes(r.mtu).ok_or("bad MTU")?;
+    for q in &r.qps {
+        let k = q.remote.as_ref().ok_or("no remote keys")?;
+        if r.o.ud {
+            let dd = d.device_mut();
+            let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: QKey(DEF_QKEY), ..QpAttr::default() };
+            verb("modify_qp INIT", dd.modify_qp(q.h, &a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY))?;
+            let a = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+            verb("modify_qp RTR", dd.modify_qp(q.h, &a, QpAttrMask::STATE))?;
+            let a = QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(q.psn), ..QpAttr::default() };
+            verb("modify_qp RTS", dd.modify_qp(q.h, &a, QpAttrMask::STATE | QpAttrMask::SQ_PSN))?;
+        } else {
+            let mut av = d.av(k.gid, sgid);
+            av.hop_limit = 0xff;
+            let own_reads = if matches!(r.o.test, Test::ReadLat | Test::ReadBw | Test::AtomicLat | Test::AtomicBw) { OUT_READS } else { 1 };
+            let dd = d.device_mut();
+            let (a, m) = init_attr(AccessFlags::ALL);
+            verb("modify_qp INIT", dd.modify_qp(q.h, &a, m))?;
+            let (a, m) = rtr_attr(av, mtu, Qpn::new(k.qpn), Psn::new(k.psn), own_reads as u8, 12);
+            verb("modify_qp RTR", dd.modify_qp(q.h, &a, m))?;
+            let (a, m) = rts_attr(Psn::new(q.psn), 14, 7, 7, k.out_reads.clamp(1, OUT_READS) as u8);
+            verb("modify_qp RTS", dd.modify_qp(q.h, &a, m))?;
+        }
+    }
+    Ok(())
+}
+
+fn post_recv(r: &Run, dv: &mut Dev, q: usize, k: u64) -> R<()> {
+    let len = r.o.size + if r.o.ud { GRH } else { 0 };
+    dv.post_recv(r.qps[q].h, RecvWr::new(wrid(q, k)).with_sge(r.rslot(q, k), len as u32, r.mr.lkey))
+}
+
+fn wrid(q: usize, i: u64) -> u64 {
+    (q as u64) << 40 | (i & ((1 << 40) - 1))
+}
+fn wr_q(id: u64) -> usize {
+    (id >> 40) as usize
+}
+fn wr_i(id: u64) -> u64 {
+    id & ((1 << 40) - 1)
+}
+
+/// Builds the requester's work request `i` on QP `q` (data already in place).
+fn request(r: &Run, q: usize, i: u64, atomic_n: u64) -> SendWr {
+    let src = r.tslot(q, i);
+    let size = r.o.size as u32;
+    match r.o.test {
+        Test::WriteBw | Test::WriteLat => SendWr::new(wrid(q, i), SendOpcode::Write).with_sge(src, size, r.mr.lkey).with_remote(r.raddr(q, i), r.rkey(q)),
+        Test::ReadBw | Test::ReadLat => SendWr::new(wrid(q, i), SendOpcode::Read).with_sge(src, size, r.mr.lkey).with_remote(r.raddr(q, i), r.rkey(q)),
+        Test::AtomicBw | Test::AtomicLat => {
+            let w = match r.o.atomic {
+                AtomicOp::FetchAdd => SendWr::new(wrid(q, i), SendOpcode::FetchAdd).with_atomic(1, 0),
+                AtomicOp::CmpSwap => SendWr::new(wrid(q, i), SendOpcode::CmpSwap).with_atomic(atomic_n, atomic_n + 1),
+            };
+            w.with_sge(src, 8, r.mr.lkey).with_remote(r.raddr(q, 0), r.rkey(q))
+        }
+        _ => {
+            let mut w = SendWr::new(wrid(q, i), SendOpcode::Send).with_sge(src, size, r.mr.lkey);
+            if let Some(ud) = r.qps[q].ud {
+                w = w.with_ud(ud);
+            }
+            w
+        }
+    }
+}
+
+/// Checks what a completed READ / atomic brought back.
+fn check_response(r: &Run, dv: &Dev, q: usize, i: u64, n: u64) -> R<()> {
+    match r.o.test {
+        Test::ReadBw | Test::ReadLat => r.check(dv, r.tslot(q, i), q, i % r.nslots, "READ"),
+        Test::AtomicBw | Test::AtomicLat => {
+            let mut v = [0u8; 8];
+            dv.read_mem(r.tslot(q, i), &mut v)?;
+            let got = u64::from_ne_bytes(v);
+            if got != n {
+                return Err(format!("verify failed at client: atomic {i} on QP {q} returned {got}, expected {n}"));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The streaming requester of write_bw, read_bw, atomic_bw and send_bw.
+fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+    }
+    let nq = r.qps.len();
+    let iters = r.o.iters;
+    let depth = r.tx_depth();
+    let (mut posted, mut done) = (vec![0u64; nq], vec![0u64; nq]);
+    let mut stamps = Vec::with_capacity((iters as usize * nq).min(1 << 24));
+    let fill = r.o.verify && matches!(r.o.test, Test::WriteBw | Test::SendBw);
+    if !fill && matches!(r.o.test, Test::WriteBw | Test::SendBw) {
+        for q in 0..nq {
+            for k in 0..r.tx_slots {
+                let p = vec![0x7bu8; r.o.size as usize];
+                dv.write_mem(r.tslot(q, k), &p)?;
+            }
+        }
+    }
+    let t0 = Instant::now();
+    let mut last = Instant::now();
+    let total = iters * nq as u64;
+    let mut completed = 0u64;
+    while completed < total {
+        for q in 0..nq {
+            while posted[q] < iters && posted[q] - done[q] < depth {
+                let i = posted[q];
+                if fill {
+                    let p = r.payload(q, i);
+                    dv.write_mem(r.tslot(q, i), &p)?;
+                }
+                let wr = request(r, q, i, i);
+                dv.post_send(r.qps[q].h, wr)?;
+                posted[q] += 1;
+            }
+        }
+        if dv.progress() {
+            last = Instant::now();
+        }
+        while let Some(wc) = dv.poll_cq(r.cq)? {
+            check_wc(r.side, &wc)?;
+            let (q, i) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+            if q >= nq || i != done[q] {
+                return Err(format!("completion out of order at client: QP {q} wr {i}, expected {}", done.get(q).copied().unwrap_or(0)));
+            }
+            if r.o.verify {
+                check_response(r, dv, q, i, i)?;
+            }
+            done[q] += 1;
+            completed += 1;
+            stamps.push(t0.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+        if last.elapsed() > r.o.timeout {
+            return Err(format!("timed out after {:?} at client: {completed} of {total} completions (peer gone?)", r.o.timeout));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok((bw_stats(r.o.size, &stamps, secs), secs))
+}
+
+fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
+    let nq = r.qps.len();
+    let iters = r.o.iters;
+    let mut got = vec![0u64; nq];
+    let total = iters * nq as u64;
+    let mut completed = 0u64;
+    let mut stamps = Vec::with_capacity((total as usize).min(1 << 24));
+    let mut t0 = None;
+    let mut last = Instant::now();
+    let off = if r.o.ud { GRH } else { 0 };
+    while completed < total {
+        if dv.progress() {
+            last = Instant::now();
+        }
+        while let Some(wc) = dv.poll_cq(r.cq)? {
+            check_wc(r.side, &wc)?;
+            if wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let t = *t0.get_or_insert_with(Instant::now);
+            let (q, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+            if wc.byte_len as u64 != r.o.size + off {
+                return Err(format!("server: received {} bytes, expected {}", wc.byte_len as u64 - off, r.o.size));
+            }
+            if r.o.verify {
+                r.check(dv, r.rslot(q, k) + off, q, got[q], "message")?;
+            }
+            got[q] += 1;
+            completed += 1;
+            post_recv(r, dv, q, k)?;
+            stamps.push(t.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+        if last.elapsed() > r.o.timeout {
+            return Err(format!(
+                "timed out after {:?} at server: received {completed} of {total} messages (peer gone{})",
+                r.o.timeout,
+                if r.o.ud { " or UD messages lost" } else { "?" }
+            ));
+        }
+    }
+    let secs = stamps.last().copied().unwrap_or(0.0);
+    Ok(bw_stats(r.o.size, &stamps, secs))
+}
+
+fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+    let nq = r.qps.len();
+    let off = if r.o.ud { GRH } else { 0 };
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    let mut got = vec![0u64; nq];
+    let mut sends_out = 0u64;
+    let data_fill = |r: &Run, dv: &mut Dev, q: usize, i: u64| -> R<()> {
+        if r.o.verify {
+            let p = r.payload(q, i);
+            dv.write_mem(r.tslot(q, i), &p)?;
+        }
+        Ok(())
+    };
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = Instant::now();
+        if client {
+            data_fill(r, dv, q, i)?;
+            dv.post_send(r.qps[q].h, request(r, q, i, 0))?;
+            sends_out += 1;
+        }
+        // wait for the receive of iteration i (and reap send completions on the way)
+        let mut last = Instant::now();
+        loop {
+            if dv.progress() {
+                last = Instant::now();
+            }
+            let mut recvd = false;
+            while let Some(wc) = dv.poll_cq(r.cq)? {
+                check_wc(r.side, &wc)?;
+                last = Instant::now();
+                if wc.opcode != WcOpcode::Recv {
+                    sends_out -= 1;
+                    continue;
+                }
+                let (wq, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+                if r.o.verify {
+                    r.check(dv, r.rslot(wq, k) + off, wq, got[wq] * nq as u64 + wq as u64, "message")?;
+                }
+                got[wq] += 1;
+                post_recv(r, dv, wq, k)?;
+                recvd = true;
+            }
+            if recvd {
+                break;
+            }
+            if last.elapsed() > r.o.timeout {
+                return Err(format!("timed out after {:?} at {} in iteration {i} (peer gone?)", r.o.timeout, r.side));
+            }
+        }
+        if !client {
+            data_fill(r, dv, q, i)?;
+            dv.post_send(r.qps[q].h, request(r, q, i, 0))?;
+            sends_out += 1;
+        } else {
+            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        while sends_out >= r.tx_slots {
+            let wc = dv.wait_wc(r.cq, r.o.timeout, "a send completion")?;
+            check_wc(r.side, &wc)?;
+            if wc.opcode == WcOpcode::Recv {
+                return Err(format!("{}: unexpected extra message", r.side));
+            }
+            sends_out -= 1;
+        }
+    }
+    drain_sends(r, dv, sends_out)?;
+    Ok(samples)
+}
+
+fn drain_sends(r: &Run, dv: &mut Dev, mut n: u64) -> R<()> {
+    while n > 0 {
+        let wc = dv.wait_wc(r.cq, r.o.timeout, "the last send completions")?;
+        check_wc(r.side, &wc)?;
+        if wc.opcode != WcOpcode::Recv {
+            n -= 1;
+        }
+    }
+    Ok(())
+}
+
+fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+    }
+    let nq = r.qps.len();
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    let mut out = 0u64;
+    let size = r.o.size as usize;
+    let post = |r: &Run, dv: &mut Dev, q: usize, i: u64| -> R<()> {
+        if r.o.verify {
+            let p = r.payload(q, i);
+            dv.write_mem(r.tslot(q, 0), &p)?;
+        } else {
+            dv.write_mem(r.tslot(q, 0) + size as u64 - 1, &[marker(i)])?;
+        }
+        dv.post_send(r.qps[q].h, request(r, q, 0, 0).tap_id(wrid(q, i)))
+    };
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = Instant::now();
+        if client {
+            post(r, dv, q, i)?;
+            out += 1;
+        }
+        // wait for the peer's WRITE i to land in our slot
+        let want = marker(i);
+        let at = r.rslot(q, 0) + size as u64 - 1;
+        let mut last = Instant::now();
+        let mut b = [0u8; 1];
+        loop {
+            if dv.progress() {
+                last = Instant::now();
+            }
+            dv.read_mem(at, &mut b)?;
+            if b[0] == want {
+                break;
+            }
+            while let Some(wc) = dv.poll_cq(r.cq)? {
+                check_wc(r.side, &wc)?;
+                out -= 1;
+                last = Instant::now();
+            }
+            if last.elapsed() > r.o.timeout {
+                return Err(format!("timed out after {:?} at {} waiting for WRITE {i} (peer gone?)", r.o.timeout, r.side));
+            }
+        }
+        if r.o.verify {
+            r.check(dv, r.rslot(q, 0), q, i, "WRITE")?;
+        }
+        if client {
+            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+        } else {
+            post(r, dv, q, i)?;
+            out += 1;
+        }
+        while out >= 8 {
+            let wc = dv.wait_wc(r.cq, r.o.timeout, "a WRITE completion")?;
+            check_wc(r.side, &wc)?;
+            out -= 1;
+        }
+    }
+    drain_sends(r, dv, out)?;
+    if client {
+        // no closing exchange in write_lat: keep answering the peer's last WRITE for a moment
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            dv.progress();
+        }
+    }
+    Ok(samples)
+}
+
+trait TapId {
+    fn tap_id(self, id: u64) -> Self;
+}
+impl TapId for SendWr {
+    fn tap_id(mut self, id: u64) -> Self {
+        self.wr_id = id;
+        self
+    }
+}
+
+fn read_atomic_lat(r: &mut Run, dv: &mut Dev) -> R<Vec<f64>> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+    }
+    let nq = r.qps.len();
+    let mut n = vec![0u64; nq];
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = Instant::now();
+        let mut wr = request(r, q, i, n[q]);
+        if matches!(r.o.test, Test::ReadLat) {
+            wr.remote_addr = r.raddr(q, i);
+        }
+        dv.post_send(r.qps[q].h, wr)?;
+        let wc = dv.wait_wc(r.cq, r.o.timeout, "a READ/atomic completion")?;
+        check_wc(r.side, &wc)?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+        if r.o.verify {
+            check_response(r, dv, q, i, n[q])?;
+        }
+        n[q] += 1;
+    }
+    Ok(samples)
+}
+
+/// Server-side checks after the client's test: the WRITE targets hold the last message of
+/// each slot; atomic targets hold the number of operations.
+fn verify_server(r: &Run, dv: &mut Dev, iters: u64, lat: bool) -> R<()> {
+    let nq = r.qps.len() as u64;
+    for q in 0..r.qps.len() {
+        match r.o.test {
+            Test::WriteBw => {
+                for k in 0..r.nslots.min(iters) {
+                    let last = k + (iters - 1 - k) / r.nslots * r.nslots;
+                    r.check(dv, r.rslot(q, k), q, last, "WRITE")?;
+                }
+            }
+            Test::AtomicBw | Test::AtomicLat => {
+                let ops = if lat { iters / nq + u64::from((q as u64) < iters % nq) } else { iters };
+                let mut v = [0u8; 8];
+                dv.read_mem(r.rslot(q, 0), &mut v)?;
+                let got = u64::from_ne_bytes(v);
+                if got != ops {
+                    return Err(format!("verify failed at server: atomic target of QP {q} is {got}, expected {ops}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    println!(" Data check at server: OK");
+    Ok(())
+}
