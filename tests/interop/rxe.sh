@@ -26,6 +26,8 @@
 # <case>.dump (droce-dump of it, every ICRC checked), <case>.droce.log, <case>.vm.log,
 # <case>.counters (rxe hw_counters before/after, vm0).
 set -uo pipefail
+{ # the whole script is one compound command: bash parses it before running it, so editing
+  # the file while it runs cannot derail a run
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RXE_VM_DIR=${RXE_VM_DIR:-$(cd "$ROOT/.." && pwd)/shared/tools/rxe-vm}
 ITERS=${INTEROP_ITERS:-200}
@@ -104,7 +106,9 @@ fi
 DROCE_PROBE=${DROCE_PROBE:-$TDIR/probe/release/droce-rxe-probe}
 DROCE_PMD=${DROCE_PMD:-$TDIR/release/droce-pmd}
 DROCE_DUMP=${DROCE_DUMP:-$TDIR/release/droce-dump}
-DROCE_USAGE=$("$DROCE_PMD" --help 2>&1 || true)
+# what droce-pmd offers: its main help, the RDMA test help and the rping help (each mode
+# prints its own usage with --help before initialising EAL)
+DROCE_USAGE=$({ "$DROCE_PMD" --help; "$DROCE_PMD" -- --test=send_lat --help; "$DROCE_PMD" -- --test=rping --help; } 2>&1 </dev/null || true)
 
 # ---------------------------------------------------------------------------------------------
 # artefacts, cleanup
@@ -166,9 +170,10 @@ log "VMs ready after $((SECONDS - t0)) s; vm0 $VM0_IP rxe0 GID index $G; artefac
 CASE= WHY=
 DROCE_PID= DROCE_RC= VM_JOB= SEQ=0
 droce_has_mode() { grep -q -- "$1" <<<"$DROCE_USAGE"; }
-need_mode() {  # need_mode MODE: SKIP unless droce-pmd advertises --test=...MODE
-  if ! grep -qE -- "--test=[^ ]*\b$1\b" <<<"$DROCE_USAGE"; then
-    WHY="droce-pmd has no --test=$1 mode (its --help does not list it)"; return 2
+need_mode() {  # need_mode MODE: SKIP unless droce-pmd knows --test=MODE (its help for it names it)
+  local h
+  if ! h=$(timeout 20 "$DROCE_PMD" -- "--test=$1" --help 2>&1 </dev/null) || ! grep -qw -- "$1" <<<"$h"; then
+    WHY="droce-pmd has no --test=$1 mode ('droce-pmd -- --test=$1 --help' does not describe it)"; return 2
   fi
 }
 cap_start() {
@@ -250,7 +255,8 @@ summary_line() {  # the tool's own result line, for the PASS message
 #   (pmd: droce-pmd --test=MODE DROCE_ARGS --ip 192.168.77.2 -p 18515 [SERVER];
 #    probe: droce-rxe-probe, an ibv_rc_pingpong peer only: MODE is ignored)
 droce_args() {  # droce_args KIND MODE DARGS [SERVER]
-  if [ "$1" = probe ]; then echo "$3 -p $TCP_PORT ${4:-}"; else echo "--test=$2 $3 --ip $DROCE_IP -p $TCP_PORT ${4:-}"; fi
+  if [ "$1" = probe ]; then echo "$3 -p $TCP_PORT ${4:-}"
+  else echo "--test=$2 $3 --ip $DROCE_IP -p $TCP_PORT --timeout $((TMO - 20)) --pcap $OUT/$CASE.droce.pcap ${4:-}"; fi
 }
 pair_droce_server() {
   local kind=$1 mode=$2 dargs=$3 vcmd=$4
@@ -317,7 +323,7 @@ RPING_COUNT=10
 case_rping_droce_server() {
   need_mode rping || return 2
   counters before; cap_start
-  droce_start pmd --test=rping -n $RPING_COUNT --ip $DROCE_IP -p $RPING_PORT
+  droce_start pmd --test=rping -C $RPING_COUNT -v -V --ip $DROCE_IP -p $RPING_PORT --timeout $((TMO - 20)) --pcap "$OUT/$CASE.droce.pcap"
   droce_wait_listen - || { droce_wait; VM_RC=-; WHY="droce-pmd exited before listening (exit $DROCE_RC)"; cap_stop; return 1; }
   vm_fg "rping -c -a $DROCE_IP -p $RPING_PORT -C $RPING_COUNT -v -V"
   # rping's server side runs until the client disconnects; droce should exit after the DREQ
@@ -329,7 +335,7 @@ case_rping_droce_client() {
   counters before; cap_start
   vm_bg "rping -s -a $VM0_IP -p $RPING_PORT -C $RPING_COUNT -v -V"
   vm_wait_cm || log "$CASE: no rdma_cm listener seen in vm0"
-  droce_start pmd --test=rping -n $RPING_COUNT --ip $DROCE_IP -p $RPING_PORT $VM0_IP
+  droce_start pmd --test=rping -C $RPING_COUNT -v -V --ip $DROCE_IP -p $RPING_PORT --timeout $((TMO - 20)) --pcap "$OUT/$CASE.droce.pcap" $VM0_IP
   droce_wait; vm_wait; counters after
   verdict
 }
@@ -395,3 +401,5 @@ for CASE in "${SEL[@]}"; do
 done
 echo "$pass passed, $fail failed, $skip skipped  (artefacts: $OUT; total $((SECONDS - t0)) s)" | tee -a "$OUT/results.txt"
 [ $fail = 0 ]
+exit
+}
