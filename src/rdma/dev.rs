@@ -64,7 +64,7 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     );
     let mut port = dpdk::Port::new(id).map_err(|e| format!("port {}: {e}", id.0))?;
     let conf = port.configure(&dpdk::PortConfig::new().rx_desc(1024).tx_desc(1024), &pool).map_err(|e| format!("port {}: configure: {e}", id.0))?;
-    port.start().map_err(|e| format!("port {}: start: {e}", id.0))?;
+    port.start().map_err(|e| format!("port {}: start: {e} (a memif client needs its role=server peer running)", id.0))?;
     let t0 = Instant::now();
     loop {
         if port.link().map(|l| l.up).unwrap_or(false) {

@@ -1,0 +1,458 @@
+//! End-to-end tests of the RDMA test modes: two droce-pmd processes (server and client) over
+//! memif, or over af_packet on a veth pair in network namespaces this test creates (root only),
+//! for every mode with --verify, RC and UD, MTU 1024 and 4096, several QPs, both progress
+//! models, injected loss/reorder/duplication/corruption, and bad input (a peer that vanishes,
+//! a wrong rkey, a non-RoCE flood, corrupted frames).
+//!
+//! Every child is bounded by a deadline and killed by its PID; runs are serialised (each
+//! process busy-polls, the CI machine has few cores) and each is a second or two.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_droce-pmd");
+static SEQ: AtomicU32 = AtomicU32::new(0);
+static SERIAL: Mutex<()> = Mutex::new(());
+/// Most a single droce-pmd run may take before the test kills it.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn unique(tag: &str) -> String {
+    format!("droce-rt{}-{}-{}", std::process::id(), tag, SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A TCP port for one server/client pair, unlikely to collide with parallel test binaries.
+fn tcp_port() -> u16 {
+    20000 + ((std::process::id() * 7 + SEQ.fetch_add(1, Ordering::Relaxed) * 13) % 30000) as u16
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+fn runtime_dir(prefix: &str) -> PathBuf {
+    if is_root() {
+        PathBuf::from("/var/run/dpdk").join(prefix)
+    } else {
+        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".into())).join("dpdk").join(prefix)
+    }
+}
+
+/// A running droce-pmd child whose output is collected by reader threads.
+struct Proc {
+    child: Child,
+    prefix: String,
+    started: Instant,
+    out: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Done {
+    code: Option<i32>,
+    out: String,
+}
+
+impl Proc {
+    fn spawn(netns: Option<&str>, lcore: u32, vdev: &str, app: &[String]) -> Proc {
+        let prefix = unique("p");
+        let mut eal: Vec<String> = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        eal.push(format!("-l{lcore}"));
+        eal.push(format!("--file-prefix={prefix}"));
+        eal.push(format!("--vdev={vdev}"));
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, BIN]);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        cmd.args(&eal).arg("--").args(app).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn droce-pmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+        let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+        for mut r in [so, se] {
+            let o = out.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }));
+        }
+        Proc { child, prefix, started: Instant::now(), out, readers }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn wait_for(&self, text: &str, limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if self.output().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn kill(&mut self) {
+        // our own child, by PID
+        let _ = self.child.kill();
+    }
+
+    /// Waits for the exit (killing the child at the deadline).
+    fn finish(mut self) -> Done {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s.code(),
+                Ok(None) if self.started.elapsed() > DEADLINE => {
+                    self.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => break None,
+            }
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
+        Done { code, out: self.output() }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
+    }
+}
+
+fn v(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+/// A memif wire between two processes: the server creates the socket.
+struct Memif {
+    dir: PathBuf,
+}
+
+impl Memif {
+    fn new() -> Memif {
+        let dir = std::env::temp_dir().join(unique("memif"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Memif { dir }
+    }
+    fn vdev(&self, server: bool) -> String {
+        format!("net_memif0,role={},socket={}/m.sock,socket-abstract=no", if server { "server" } else { "client" }, self.dir.display())
+    }
+}
+
+impl Drop for Memif {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Server and client over memif with the same app arguments (+ `client_extra`); returns both.
+fn pair_with(args: &str, server_extra: &str, client_extra: &str) -> (Done, Done) {
+    let _g = serial();
+    let m = Memif::new();
+    let port = tcp_port();
+    let common = format!("{args} -p {port} --timeout 8");
+    let s = Proc::spawn(None, 0, &m.vdev(true), &v(&format!("{common} {server_extra}")));
+    std::thread::sleep(Duration::from_millis(400)); // the memif socket exists once the server's EAL is up
+    let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} {client_extra} 127.0.0.1")));
+    let c = c.finish();
+    let s = s.finish();
+    (s, c)
+}
+
+fn pair(args: &str) -> (Done, Done) {
+    pair_with(args, "", "")
+}
+
+fn ok(args: &str) -> (Done, Done) {
+    let (s, c) = pair(args);
+    assert_eq!(c.code, Some(0), "client of '{args}' failed:\n{}\n--- server:\n{}", c.out, s.out);
+    assert_eq!(s.code, Some(0), "server of '{args}' failed:\n{}\n--- client:\n{}", s.out, c.out);
+    if args.contains("--verify") {
+        assert!(c.out.contains("verified") || s.out.contains("verified"), "no data check reported:\n{}", c.out);
+    }
+    (s, c)
+}
+
+/// `name: value` from the RoCE statistics block (summed over every block in `out`).
+fn counter(out: &str, name: &str) -> u64 {
+    let mut total = 0;
+    for line in out.lines() {
+        let mut it = line.split_whitespace();
+        while let Some(t) = it.next() {
+            if t == format!("{name}:") {
+                total += it.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+fn assert_perftest_look(out: &str, title: &str, lat: bool) {
+    for want in [title, "Dual-port       : OFF", "Number of qps", "Transport type : IB", "Connection type : ", "Mtu             : ", "local address: LID 0000 QPN 0x", "remote address: LID 0000 QPN 0x", "GID: 00:00:"] {
+        assert!(out.contains(want), "'{want}' missing in:\n{out}");
+    }
+    let cols = if lat { "t_min[usec]    t_max[usec]  t_typical[usec]" } else { "#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]" };
+    assert!(out.contains(cols), "columns missing:\n{out}");
+}
+
+#[test]
+fn every_perftest_mode_rc_verified() {
+    let cases = [
+        ("--test=send_lat -s 300 -n 60", "Send Latency Test", true),
+        ("--test=send_bw -s 5000 -n 150", "Send BW Test", false),
+        ("--test=write_lat -s 2000 -n 60", "RDMA_Write Latency Test", true),
+        ("--test=write_bw -s 65536 -n 100", "RDMA_Write BW Test", false),
+        ("--test=read_lat -s 3000 -n 60", "RDMA_Read Latency Test", true),
+        ("--test=read_bw -s 16384 -n 100", "RDMA_Read BW Test", false),
+        ("--test=atomic_lat -n 60", "Atomic FETCH_AND_ADD Latency Test", true),
+        ("--test=atomic_bw -n 200", "Atomic FETCH_AND_ADD BW Test", false),
+        ("--test=atomic_lat -n 60 -A CMP_AND_SWAP", "Atomic CMP_AND_SWAP Latency Test", true),
+        ("--test=atomic_bw -n 200 -A CMP_AND_SWAP", "Atomic CMP_AND_SWAP BW Test", false),
+    ];
+    for (args, title, lat) in cases {
+        let (s, c) = ok(&format!("{args} --verify"));
+        assert_perftest_look(&c.out, title, lat);
+        assert!(c.out.contains("Connection type : RC") && c.out.contains("Mtu             : 1024[B]"), "{}", c.out);
+        assert!(c.out.contains("RoCE statistics for port 0"), "stats block missing:\n{}", c.out);
+        if args.contains("write_bw") || args.contains("atomic_bw") {
+            assert!(s.out.contains("Data check at server: OK"), "{}", s.out);
+        }
+    }
+}
+
+#[test]
+fn ud_send_modes_verified() {
+    for args in ["--test=send_lat -c UD -s 1000 -n 60", "--test=send_bw -c UD -s 1024 -n 200"] {
+        let (_, c) = ok(&format!("{args} --verify"));
+        assert!(c.out.contains("Connection type : UD"), "{}", c.out);
+    }
+    // UD messages are capped at the MTU like perftest's
+    let (_, c) = ok("--test=send_lat -c UD -s 3000 -n 20 --verify");
+    assert!(c.out.contains("\n 1024 "), "{}", c.out);
+}
+
+#[test]
+fn mtu_4096_verified() {
+    for args in ["--test=write_bw -s 65536 -n 60 -m 4096", "--test=read_lat -s 20000 -n 30 -m 4096", "--test=send_bw -c UD -s 4096 -n 100 -m 4096"] {
+        let (s, c) = ok(&format!("{args} --verify"));
+        assert!(c.out.contains("Mtu             : 4096[B]"), "{}", c.out);
+        // 64 KiB WRITEs travel in 4096-byte packets: 16 per message
+        if args.contains("write_bw") {
+            assert_eq!(counter(&s.out, "rcvd_pkts"), 60 * 16, "{}", s.out);
+        }
+    }
+}
+
+#[test]
+fn several_qps_verified() {
+    for args in ["--test=write_bw -s 8192 -n 80 -q 3", "--test=send_bw -s 2048 -n 80 -q 3", "--test=read_bw -s 4096 -n 50 -q 2", "--test=atomic_bw -n 100 -q 4", "--test=send_lat -s 64 -n 60 -q 2", "--test=send_lat -c UD -s 64 -n 60 -q 2"] {
+        let (_, c) = ok(&format!("{args} --verify"));
+        let q = args.split("-q ").nth(1).unwrap().trim();
+        assert!(c.out.contains(&format!("Number of qps   : {q}")), "{}", c.out);
+        assert_eq!(c.out.matches("local address: LID").count(), q.parse::<usize>().unwrap(), "{}", c.out);
+    }
+}
+
+#[test]
+fn pingpongs_verified_and_plain() {
+    for args in ["--test=rc_pingpong -n 100 --verify", "--test=rc_pingpong -s 64 -n 100", "--test=ud_pingpong -s 1024 -n 100 --verify", "--test=ud_pingpong -n 50 -g 1"] {
+        let (s, c) = ok(args);
+        for out in [&s.out, &c.out] {
+            assert!(out.contains(" bytes in ") && out.contains(" Mbit/sec") && out.contains(" usec/iter"), "{out}");
+            assert!(out.contains("  local address:  LID 0x0000, QPN 0x"), "{out}");
+        }
+    }
+}
+
+#[test]
+fn engine_thread_progress() {
+    for args in ["--test=send_lat -s 100 -n 60", "--test=write_bw -s 16384 -n 100 -q 2", "--test=read_lat -s 512 -n 40", "--test=rc_pingpong -n 60", "--test=send_bw -c UD -s 512 -n 100"] {
+        let (_, c) = ok(&format!("{args} --verify --progress=thread"));
+        if !args.contains("pingpong") {
+            assert!(c.out.contains("Progress        : engine thread"), "{}", c.out);
+        }
+    }
+}
+
+const FAULTS: &str = "--faults=both:drop=0.02,dup=0.02,reorder=0.03,corrupt=0.01;seed=";
+
+#[test]
+fn loss_reorder_dup_corrupt_data_still_verified() {
+    for (i, args) in ["--test=write_bw -s 8192 -n 200", "--test=send_bw -s 3000 -n 200", "--test=read_bw -s 6000 -n 100", "--test=atomic_bw -n 200", "--test=send_lat -s 2000 -n 60", "--test=write_lat -s 1500 -n 60", "--test=rc_pingpong -s 2500 -n 80"]
+        .iter()
+        .enumerate()
+    {
+        let (s, c) = ok(&format!("{args} --verify {FAULTS}{}", i + 3));
+        let both = format!("{}{}", s.out, c.out);
+        assert!(counter(&both, "injected_faults") > 0, "no fault injected:\n{both}");
+        if !args.contains("pingpong") {
+            assert!(counter(&both, "retransmitted_pkts") + counter(&both, "duplicate_request") > 0, "loss without recovery?\n{both}");
+        }
+    }
+}
+
+#[test]
+fn corrupted_frames_are_counted() {
+    let (s, c) = ok("--test=write_bw -s 4096 -n 300 --verify --faults=tx:corrupt=0.05;seed=11");
+    assert!(counter(&s.out, "rcvd_icrc_err") > 0, "ICRC errors not counted:\n{}", s.out);
+    assert!(counter(&c.out, "retransmitted_pkts") > 0, "{}", c.out);
+}
+
+#[test]
+fn wrong_rkey_is_rem_access_err() {
+    let (s, c) = pair_with("--test=write_bw -s 4096 -n 50", "", "--test-bad-rkey");
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains("Completion with error at client: status REM_ACCESS_ERR (10)"), "{}", c.out);
+    assert_ne!(s.code, Some(0), "{}", s.out);
+    assert!(s.out.contains("peer closed the TCP connection"), "{}", s.out);
+    let (_, c) = pair_with("--test=read_lat -s 64 -n 10", "", "--test-bad-rkey");
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains("status REM_ACCESS_ERR (10)"), "{}", c.out);
+}
+
+#[test]
+fn peer_vanishing_mid_test_fails_cleanly() {
+    let _g = serial();
+    for args in ["--test=write_bw -s 4096 -n 10000000", "--test=send_lat -s 64 -n 100000000", "--test=rc_pingpong -s 64 -n 100000000"] {
+        let m = Memif::new();
+        let port = tcp_port();
+        let common = format!("{args} -p {port} --timeout 3");
+        let mut s = Proc::spawn(None, 0, &m.vdev(true), &v(&common));
+        std::thread::sleep(Duration::from_millis(400));
+        let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+        assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
+        std::thread::sleep(Duration::from_millis(300));
+        s.kill();
+        let t0 = Instant::now();
+        let c = c.finish();
+        let _ = s.finish();
+        assert!(t0.elapsed() < Duration::from_secs(30), "client took {:?} to notice", t0.elapsed());
+        assert_eq!(c.code, Some(1), "{args}: {}", c.out);
+        assert!(
+            c.out.contains("RETRY_EXC_ERR") || c.out.contains("timed out") || c.out.contains("peer closed"),
+            "{args}: unclear message:\n{}",
+            c.out
+        );
+    }
+}
+
+#[test]
+fn no_server_and_bad_arguments() {
+    let _g = serial();
+    let m = Memif::new();
+    // the client's memif never comes up without a server: bounded, clear, non-zero
+    let c = Proc::spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 1 127.0.0.1")).finish();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains("link did not come up") || c.out.contains("needs its role=server peer running"), "{}", c.out);
+    let c = Proc::spawn(None, 1, &m.vdev(false), &v("--test=write_bw -c UD 127.0.0.1")).finish();
+    assert_eq!(c.code, Some(2), "{}", c.out);
+    assert!(c.out.contains("-c UD works with send_lat"), "{}", c.out);
+}
+
+// ---- af_packet over a veth pair in namespaces this test creates --------------------------
+
+struct Netns {
+    a: String,
+    b: String,
+}
+
+impl Netns {
+    fn create() -> Option<Netns> {
+        if !is_root() {
+            eprintln!("not root: skipping the af_packet/veth namespace test");
+            return None;
+        }
+        let id = std::process::id();
+        let n = Netns { a: format!("droce-t-{id}-a"), b: format!("droce-t-{id}-b") };
+        let sh = |c: &str| Command::new("sh").arg("-c").arg(c).status().map(|s| s.success()).unwrap_or(false);
+        let ok = sh(&format!("ip netns add {a} && ip netns add {b}", a = n.a, b = n.b))
+            && sh(&format!("ip link add dt{id}a netns {a} type veth peer name dt{id}b netns {b}", a = n.a, b = n.b))
+            && sh(&format!("ip -n {a} addr add 10.199.0.1/24 dev dt{id}a && ip -n {a} link set dt{id}a up && ip -n {a} link set lo up", a = n.a))
+            && sh(&format!("ip -n {b} addr add 10.199.0.2/24 dev dt{id}b && ip -n {b} link set dt{id}b up && ip -n {b} link set lo up", b = n.b));
+        if !ok {
+            eprintln!("could not create network namespaces / veth: skipping");
+            return None;
+        }
+        Some(n)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.a]).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.b]).status();
+    }
+}
+
+#[test]
+fn af_packet_veth_in_namespaces() {
+    let _g = serial();
+    let Some(ns) = Netns::create() else { return };
+    let id = std::process::id();
+    let run = |args: &str, flood: bool| -> (Done, Done) {
+        let port = tcp_port();
+        // TCP between the kernel addresses; RoCE on droce's own addresses on the same wires
+        let common = format!("{args} -p {port} --timeout 8");
+        let s = Proc::spawn(Some(&ns.a), 0, &format!("net_af_packet0,iface=dt{id}a"), &v(&format!("{common} --ip 10.199.0.11")));
+        std::thread::sleep(Duration::from_millis(300));
+        let mut fl = None;
+        if flood {
+            // a non-RoCE flood towards the server's wire while the test runs
+            fl = Command::new("ip").args(["netns", "exec", &ns.b, "ping", "-f", "-q", "-w", "5", "-s", "200", "10.199.0.1"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok();
+        }
+        let c = Proc::spawn(Some(&ns.b), 1, &format!("net_af_packet0,iface=dt{id}b"), &v(&format!("{common} --ip 10.199.0.12 10.199.0.1")));
+        let c = c.finish();
+        let s = s.finish();
+        if let Some(mut f) = fl {
+            let _ = f.kill();
+            let _ = f.wait();
+        }
+        (s, c)
+    };
+    for (args, flood) in [
+        ("--test=rc_pingpong -n 100 --verify", false),
+        ("--test=write_bw -s 16384 -n 100 --verify", true),
+        ("--test=send_lat -c UD -s 512 -n 50 --verify", false),
+        ("--test=read_bw -s 8192 -n 80 --verify --faults=both:drop=0.02,reorder=0.02,dup=0.02,corrupt=0.01;seed=9", false),
+    ] {
+        let (s, c) = run(args, flood);
+        assert_eq!(c.code, Some(0), "client '{args}':\n{}\n--- server:\n{}", c.out, s.out);
+        assert_eq!(s.code, Some(0), "server '{args}':\n{}\n--- client:\n{}", s.out, c.out);
+        if flood {
+            assert!(counter(&s.out, "non_roce_drops") > 20, "the flood was not counted:\n{}", s.out);
+        }
+        assert!(counter(&c.out, "arp_replies_rx") + counter(&c.out, "arp_requests_rx") > 0, "no ARP on the veth:\n{}", c.out);
+    }
+}
