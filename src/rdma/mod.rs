@@ -13,6 +13,7 @@ pub mod opts;
 pub mod perf;
 pub mod pingpong;
 pub mod report;
+pub mod rping;
 
 /// Runs an RDMA test when the app arguments select one of ours; `None` otherwise.
 pub fn dispatch(argv: &[String]) -> Option<i32> {
@@ -20,6 +21,9 @@ pub fn dispatch(argv: &[String]) -> Option<i32> {
         Some(i) => (&argv[..i], &argv[i + 1..]),
         None => return None,
     };
+    if let Some(code) = rping::dispatch(eal, app) {
+        return Some(code);
+    }
     if app.iter().any(|a| a == "-h" || a == "--help") && app.iter().any(|a| a.starts_with("--test")) {
         print!("{}", opts::USAGE);
         return Some(0);
