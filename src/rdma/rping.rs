@@ -4,7 +4,7 @@
 //! server: droce-pmd [EAL] -- --test=rping [--ip ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V]
 //! client: droce-pmd [EAL] -- --test=rping [--ip ADDR] [-p PORT] [-C COUNT] [-S SIZE] [-v] [-V] SERVER
 //! ```
-//! (`-a ADDR` like rping's is accepted as the server address too; `-s` = server, `-c` = client.)
+//! (`-s`/`-c` and rping's `-a ADDR` are accepted: `-c -a SERVER`, `-s -a OWN_ADDR`.)
 //!
 //! The protocol is rping's (docs/interop.md (c)): rdma_cm connect to `SERVER:PORT` (service ID
 //! `0x0106 << 16 | PORT`); per ping the client SENDs the 16-byte big-endian info {addr, rkey,
@@ -32,8 +32,9 @@ rping (librdmacm) compatible test over droce's IB CM:
                  at most 10 x --timeout for it to connect; default 1 for the client)
   -S SIZE        ping buffer size (default 64, at least 16)
   -v             print the ping data;  -V  verify the data (client)
-  -a ADDR / --ip ADDR  droce's own RoCE IPv4 address (default 10.77.0.1 server, 10.77.0.2 client)
-  -s / -c        server / client (the client needs SERVER)
+  --ip ADDR      droce's own RoCE IPv4 address (default 10.77.0.1 server, 10.77.0.2 client)
+  -s / -c        server / client (the client needs SERVER or -a)
+  -a ADDR        like rping: the server's address (on the server: --ip)
   --timeout SECS bound on every wait (default 10);  --pcap FILE;  --faults SPEC;  --stats
 ";
 
@@ -73,6 +74,7 @@ pub fn parse(app: &[String]) -> Result<Option<RpingOpts>, String> {
         stats: false,
     };
     let (mut want_server, mut want_client) = (false, false);
+    let mut a_addr = None;
     let mut i = 0;
     let next = |i: &mut usize, flag: &str| -> Result<String, String> {
         *i += 1;
@@ -104,7 +106,8 @@ pub fn parse(app: &[String]) -> Result<Option<RpingOpts>, String> {
             }
             "-C" | "--count" => o.count = Some(num(flag, &val(&mut i)?)?),
             "-S" | "--size" => o.size = num(flag, &val(&mut i)?)? as usize,
-            "-a" | "--ip" => o.ip = Some(ip(flag, &val(&mut i)?)?),
+            "--ip" => o.ip = Some(ip(flag, &val(&mut i)?)?),
+            "-a" => a_addr = Some(ip(flag, &val(&mut i)?)?),
             "-v" => o.verbose = true,
             "-V" => o.validate = true,
             "-s" => want_server = true,
@@ -133,6 +136,14 @@ pub fn parse(app: &[String]) -> Result<Option<RpingOpts>, String> {
     }
     if want_server && want_client {
         return Err("-s and -c: choose one".into());
+    }
+    // rping's -a: the server's address; on the server that is our own (bind) address.
+    if let Some(a) = a_addr {
+        if want_client || o.server.is_some() {
+            o.server = o.server.or(Some(a));
+        } else {
+            o.ip = o.ip.or(Some(a));
+        }
     }
     if want_client && o.server.is_none() {
         return Err("-c needs a SERVER address".into());
@@ -554,6 +565,8 @@ mod tests {
         assert_eq!(o.server, Some(Ipv4Addr::new(192, 168, 77, 10)));
         let o = p("--test rping -s -a 10.0.0.1 -p 9000").unwrap().unwrap();
         assert_eq!((o.server, o.ip, o.port), (None, Some(Ipv4Addr::new(10, 0, 0, 1)), 9000));
+        let o = p("--test=rping -c -a 10.0.0.1 --ip 10.0.0.2").unwrap().unwrap();
+        assert_eq!((o.server, o.ip), (Some(Ipv4Addr::new(10, 0, 0, 1)), Some(Ipv4Addr::new(10, 0, 0, 2))));
         assert!(p("--test=write_bw").unwrap().is_none());
         for (l, want) in [("--test=rping -S 8", "between 16"), ("--test=rping -c", "needs a SERVER"), ("--test=rping --x", "unknown option")] {
             assert!(p(l).unwrap_err().contains(want), "{l}");
