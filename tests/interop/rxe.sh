@@ -157,7 +157,8 @@ else
   fi
   log "harness: start.sh 2 (TCG: about a minute)"
   STARTED_VMS=1
-  RXE_ACCEL=$ACCEL "$RXE_VM_DIR/start.sh" 2 >>"$OUT/harness.log" 2>&1 \
+  # under TCG on a loaded machine a boot can exceed the harness's 240 s default
+  RXE_BOOT_TIMEOUT=${RXE_BOOT_TIMEOUT:-600} RXE_ACCEL=$ACCEL "$RXE_VM_DIR/start.sh" 2 >>"$OUT/harness.log" 2>&1 \
     || { tail -5 "$OUT/harness.log" >&2; echo "FAIL rxe-interop: start.sh failed (log: $OUT/harness.log)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
 fi
 G=$(sed -n 's/^gid_index=//p' "$RXE_RUN/vm0/shared/ready")
@@ -181,7 +182,7 @@ cap_start() {
   ip netns exec "$NS" tcpdump -i "$BR" --immediate-mode -U -B 16384 -s 0 -w "$OUT/$CASE.pcap" \
     "arp or udp port 4791 or tcp port $TCP_PORT" 2>"$OUT/$CASE.tcpdump.err" &
   CAP_PID=$!; PIDS+=("$CAP_PID")
-  local n; for n in $(seq 50); do grep -q 'listening on' "$OUT/$CASE.tcpdump.err" && return 0; sleep 0.1; done
+  local n; for n in $(seq 50); do grep -qs 'listening on' "$OUT/$CASE.tcpdump.err" && return 0; sleep 0.1; done
   log "tcpdump did not start: $(cat "$OUT/$CASE.tcpdump.err")"
 }
 cap_stop() { sleep 0.5; kill -INT "$CAP_PID" 2>/dev/null; local n; for n in $(seq 50); do kill -0 "$CAP_PID" 2>/dev/null || break; sleep 0.1; done; kill_pid "$CAP_PID"; }

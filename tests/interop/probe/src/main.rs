@@ -268,7 +268,9 @@ fn main() {
         let av = AddressVector { dgid: peer_gid, dmac: peer_mac, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
         let (a, m) = rtr_attr(av, PathMtu::Mtu1024, peer_qpn, Psn::new(peer_psn), 1, 12);
         dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTR: {e:?}")));
-        let (a, m) = rts_attr(Psn::new(my_psn), 14, 7, 7, 1);
+        // ACK timeout 17 (0.54 s, x 7 retries) rather than rc_pingpong's 14 (67 ms): a TCG VM
+        // on a loaded host can stall for more than 7 x 67 ms (seen: 0.56 s -> RetryExcErr)
+        let (a, m) = rts_attr(Psn::new(my_psn), 17, 7, 7, 1);
         dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTS: {e:?}")));
     };
     let my_msg = msg(my_qpn, my_psn, my_gid);

@@ -136,7 +136,8 @@ pub fn run(test: Test, iface: &str, mac: [u8; 6], ip: Ipv4Addr, peer_mac: [u8; 6
     let av = AddressVector { dgid: peer.gid, dmac: peer_mac, sgid_index: 0, hop_limit: 0xff, traffic_class: 0, flow_label: 0 };
     let (a, m) = rtr_attr(av, PathMtu::Mtu1024, Qpn::new(peer.qpn), Psn::new(peer.psn), OUT_READS as u8, 12);
     dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTR: {e:?}")));
-    let (a, m) = rts_attr(Psn::new(me.psn), 14, 7, 7, peer.out_reads.min(OUT_READS) as u8);
+    // ACK timeout 17 rather than perftest's 14: see main.rs (TCG stalls)
+    let (a, m) = rts_attr(Psn::new(me.psn), 17, 7, 7, peer.out_reads.min(OUT_READS) as u8);
     dev.modify_qp(qp, &a, m).unwrap_or_else(|e| die(&format!("RTS: {e:?}")));
     let _ = xchg(&mut s, client, &mine);
     let _ = xchg(&mut s, client, &mine);
