@@ -1,7 +1,7 @@
 //! IB CM over QP1 between two RoceDevices back to back over memif (manual progress):
 //! listen/connect/accept with private data both ways → Established on both sides → RC SEND,
 //! WRITE and READ over the connected QPs; disconnect from either side; a consumer reject with
-//! private data (REJ 28); a REQ to a service nobody listens on (REJ 8).
+//! private data (REJ 28); a REQ to a service nobody listens on (REJ 8). IPv4 and IPv6.
 
 mod roce_util;
 
@@ -11,7 +11,7 @@ use droce_transport::qp::{QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{RecvWr, SendOpcode, SendWr};
 use roce_util::*;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
@@ -59,7 +59,7 @@ fn params(pd: &[u8]) -> ConnectParams {
 
 /// One connection: b connects to a:port, a accepts; data both ways; `who` disconnects.
 #[allow(clippy::too_many_arguments)]
-fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: Ipv4Addr, ipb: Ipv4Addr, round: u8, who_disconnects: usize) {
+fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: IpAddr, ipb: IpAddr, round: u8, who_disconnects: usize) {
     let qa = create_qp(&mut a.dev, ra, QpType::Rc);
     let qb = create_qp(&mut b.dev, rb, QpType::Rc);
     // Receives posted before connecting, as rping does (INIT first, like rdma_create_qp).
@@ -68,7 +68,7 @@ fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: Ipv4Addr
     let (rbuf_a, rbuf_b) = (ra.base + 0x10000, rb.base + 0x10000);
     a.dev.device_mut().post_recv(qa, RecvWr::new(1).with_sge(rbuf_a, 4096, ra.mr.lkey)).unwrap();
     b.dev.device_mut().post_recv(qb, RecvWr::new(1).with_sge(rbuf_b, 4096, rb.mr.lkey)).unwrap();
-    let cid = b.cm.connect(&mut b.dev, SocketAddr::new(ipa.into(), 7174), qb, &params(b"hello from b")).unwrap();
+    let cid = b.cm.connect(&mut b.dev, SocketAddr::new(ipa, 7174), qb, &params(b"hello from b")).unwrap();
     let (sid, src, dst) = match event(a, b, 0) {
         CmAgentEvent::ConnectRequest { id, src, dst, private_data, responder_resources, initiator_depth, peer_qpn } => {
             assert_eq!(&private_data[..12], b"hello from b");
@@ -79,8 +79,8 @@ fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: Ipv4Addr
         }
         e => panic!("want ConnectRequest, got {e:?}"),
     };
-    assert_eq!(src.ip(), std::net::IpAddr::V4(ipb));
-    assert_eq!(dst, SocketAddr::new(ipa.into(), 7174));
+    assert_eq!(src.ip(), ipb);
+    assert_eq!(dst, SocketAddr::new(ipa, 7174));
     a.cm.accept(&mut a.dev, sid, qa, &params(b"welcome")).unwrap();
     assert_eq!(a.dev.device().qp_state(qa), Some(QpState::Rts), "passive QP in RTS before the REP leaves");
     // Both sides report Established (b first: it gets the REP; a after the RTU).
@@ -175,10 +175,14 @@ fn cm_connect_accept_reject_disconnect() {
     let ipa = Ipv4Addr::new(10, 0, 7, 1);
     let ipb = Ipv4Addr::new(10, 0, 7, 2);
     let mut ca = wire.config(0);
+    let ip6a: Ipv6Addr = "fd00:77::1".parse().unwrap();
+    let ip6b: Ipv6Addr = "fd00:77::2".parse().unwrap();
     ca.ipv4 = vec![ipa];
+    ca.ipv6 = vec![ip6a];
     ca.seed = 11;
     let mut cb = wire.config(1);
     cb.ipv4 = vec![ipb];
+    cb.ipv6 = vec![ip6b];
     cb.seed = 12;
     let mut da = wire.device(0, ca);
     let mut db = wire.device(1, cb);
@@ -192,8 +196,10 @@ fn cm_connect_accept_reject_disconnect() {
     let mut b = Node { dev: db, cm: cmb };
     assert_eq!(a.cm.listen(7174), 0x0000_0000_0106_1c06);
 
-    connect_and_use(&mut a, &mut b, &ra, &rb, ipa, ipb, 1, 1);
-    connect_and_use(&mut a, &mut b, &ra, &rb, ipa, ipb, 2, 0);
+    connect_and_use(&mut a, &mut b, &ra, &rb, ipa.into(), ipb.into(), 1, 1);
+    connect_and_use(&mut a, &mut b, &ra, &rb, ipa.into(), ipb.into(), 2, 0);
+    // over IPv6 (rdma_cm header with IP version 6, GRH source from the IPv6 header, ND)
+    connect_and_use(&mut a, &mut b, &ra, &rb, ip6a.into(), ip6b.into(), 3, 1);
 
     // Consumer reject with private data: REJ 28.
     let qb = create_qp(&mut b.dev, &rb, QpType::Rc);

@@ -438,10 +438,8 @@ fn server(s: &mut Side, b: &Bufs, o: &RpingOpts, new_qp: impl Fn(&mut Side) -> R
     let t0 = Instant::now();
     let id = loop {
         s.pump();
-        if let Some(e) = s.cm.poll_event() {
-            if let CmAgentEvent::ConnectRequest { id, .. } = e {
-                break id;
-            }
+        if let Some(CmAgentEvent::ConnectRequest { id, .. }) = s.cm.poll_event() {
+            break id;
         }
         if t0.elapsed() > o.timeout * 10 {
             return Err(format!("no connect request within {:?}", o.timeout * 10));

@@ -623,7 +623,7 @@ impl CmAgent {
             .iter()
             .find_map(|g| match (dst, g.to_ipv4()) {
                 (IpAddr::V4(_), Some(a)) => Some((IpAddr::V4(a), *g)),
-                (IpAddr::V6(d), None) if !(d.segments()[0] == 0xfe80) == !(g.to_ipv6().segments()[0] == 0xfe80) => {
+                (IpAddr::V6(d), None) if (d.segments()[0] == 0xfe80) == (g.to_ipv6().segments()[0] == 0xfe80) => {
                     Some((IpAddr::V6(g.to_ipv6()), *g))
                 }
                 _ => None,
