@@ -91,8 +91,10 @@ fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: IpAddr, 
         for (i, n) in [&mut *a, &mut *b].into_iter().enumerate() {
             if let Some(e) = n.cm.poll_event() {
                 match e {
-                    CmAgentEvent::Established { id, params } => {
+                    CmAgentEvent::Established { id, params, private_data } => {
                         assert_eq!(id, if i == 0 { sid } else { cid });
+                        assert_eq!(&private_data[..7], b"welcome", "the REP's private data on both sides");
+                        assert!(private_data[7..].iter().all(|&x| x == 0));
                         assert_eq!(params.initiator_depth, 1);
                         est[i] = true;
                     }

@@ -14,7 +14,7 @@
 //! poll(&mut dev) -> bool (did something); poll_timeout() -> Option<Instant>
 //! poll_event() -> Option<CmAgentEvent>:
 //!   ConnectRequest { id, src, dst, private_data, responder_resources, initiator_depth }
-//!   Established { id }   (the QP is in RTS)
+//!   Established { id, params, private_data (the REP's) }   (the QP is in RTS)
 //!   Rejected { id, reason, private_data }   Disconnected { id } (the QP is in ERROR)
 //!   TimedOut { id } (the QP is in ERROR)
 //! accept(&mut dev, id, qp, &ConnectParams) (QP → RTR, RTS before the REP leaves)
@@ -111,7 +111,8 @@ pub enum CmAgentEvent {
         peer_qpn: Qpn,
     },
     /// The QP is in RTS (active side: before the RTU leaves; passive: the RTU arrived).
-    Established { id: ConnId, params: ConnParams },
+    /// `private_data`: the REP's (the acceptor's private data; 196 bytes, zero padded).
+    Established { id: ConnId, params: ConnParams, private_data: Vec<u8> },
     /// The peer refused (REJ); the QP is in ERROR.
     Rejected { id: ConnId, reason: RejectReason, private_data: Vec<u8> },
     /// DREQ or DREP: the QP is in ERROR.
@@ -579,7 +580,8 @@ impl CmAgent {
                                 self.counters.qp_errors += 1;
                             }
                         }
-                        self.events.push_back(CmAgentEvent::Established { id, params: p });
+                        let private_data = self.ep.connection(h).and_then(|c| c.rep()).map(|r| r.private_data.to_vec()).unwrap_or_default();
+                        self.events.push_back(CmAgentEvent::Established { id, params: p, private_data });
                     }
                     CmEvent::Rejected { reason, private_data } => {
                         to_error(dev, qp);

@@ -256,6 +256,12 @@ impl Connection {
         self.params.as_ref()
     }
 
+    /// The REP: received (active side, from the REP on) or sent (passive side); its private
+    /// data is what rdma_cm reports with the ESTABLISHED event.
+    pub const fn rep(&self) -> Option<&RepRepr> {
+        self.rep.as_ref()
+    }
+
     /// True if `mad` belongs to this connection: its remote communication ID is ours, or it
     /// is a duplicate of the peer's REQ.
     pub fn matches(&self, mad: &CmMad) -> bool {
