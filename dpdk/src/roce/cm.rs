@@ -319,8 +319,8 @@ impl CmAgent {
         let ok = dev.dereg_mr(self.mr.lkey).is_ok();
         let _ = dev.device_mut().dealloc_pd(self.pd);
         if ok {
-            // SAFETY-free: the buffer is no longer registered, so it can be freed.
-            // SAFETY: `buf` is not used after this point (self is consumed).
+            // SAFETY: QP1 is destroyed and the buffer deregistered, so the device no longer
+            // touches it; `self` is consumed, so `buf` is not used after this point.
             #[allow(unsafe_code)]
             unsafe {
                 std::mem::ManuallyDrop::drop(&mut self.buf)
