@@ -345,20 +345,21 @@ case_rping_droce_client() {
 netem_on()  { "$X" -t 20 0 'tc qdisc replace dev eth0 root netem loss 5%' >>"$OUT/$CASE.vm-netem.log" 2>&1 && NETEM_ON=1; }
 netem_off() { "$X" -t 20 0 'tc -s qdisc show dev eth0; tc qdisc del dev eth0 root' >>"$OUT/$CASE.vm-netem.log" 2>&1; NETEM_ON=0; }
 loss_case() {  # loss_case server|client [pmd|probe]
-  # An end-of-test race inherent to ibv_rc_pingpong under loss (rxe<->rxe has it too): the
-  # server sends the last message; when netem drops the client's ACK of it, the client has
-  # already completed and destroyed its QP, so the server's retransmissions go unanswered and
-  # it ends with RETRY_EXC_ERR. That signature (rxe client exit 0, droce retry-exceeded) gets
-  # one re-run; the first attempt's artefacts are kept as <case>.attempt1.*.
+  # An end-of-test race inherent to ibv_rc_pingpong under loss (rxe<->rxe has it too): when
+  # netem drops rxe's ACK of droce's last SEND, rxe has already got all its messages, exits and
+  # destroys its QP, so droce's retransmissions go unanswered and droce ends with
+  # RETRY_EXC_ERR (an ACK is not piggybacked on rxe's own SENDs). That signature (rxe exit 0,
+  # droce retry-exceeded) gets one re-run; the first attempt's artefacts are kept as
+  # <case>.attempt1.*.
   local kind=${2:-pmd} r attempt note=
   [ "$kind" = probe ] || need_mode rc_pingpong || return 2
   for attempt in 1 2; do
     netem_on || { WHY="tc netem could not be set up in vm0: $(tail -1 "$OUT/$CASE.vm-netem.log")"; return 2; }
     pair_droce_"$1" "$kind" rc_pingpong "-s 64 -n $N" "$(rcpp 64)"; r=$?
     netem_off
-    if [ $r = 1 ] && [ "$1" = server ] && [ "$attempt" = 1 ] && [ "$VM_RC" = 0 ] \
+    if [ $r = 1 ] && [ "$attempt" = 1 ] && [ "$VM_RC" = 0 ] \
        && grep -qE 'RETRY_EXC_ERR|RetryExcErr' "$OUT/$CASE.droce.log"; then
-      note="; attempt 1 hit the last-ACK-lost race (rxe client done, droce's last SEND unacknowledged: RETRY_EXC_ERR; artefacts $CASE.attempt1.*), re-ran"
+      note="; attempt 1 hit the last-ACK-lost race (rxe done, droce's last SEND unacknowledged: RETRY_EXC_ERR; artefacts $CASE.attempt1.*), re-ran"
       local f; for f in "$OUT/$CASE".*; do case $f in *.attempt1.*) ;; *) mv "$f" "$OUT/$CASE.attempt1.${f#"$OUT/$CASE".}";; esac; done
       continue
     fi
