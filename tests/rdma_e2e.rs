@@ -232,7 +232,7 @@ fn every_perftest_mode_rc_verified() {
     let cases = [
         ("--test=send_lat -s 300 -n 60", "Send Latency Test", true),
         ("--test=send_bw -s 5000 -n 150", "Send BW Test", false),
-        ("--test=write_lat -s 2000 -n 60", "RDMA_Write Latency Test", true),
+        ("--test=write_lat -s 2000 -n 300", "RDMA_Write Latency Test", true), // the marker byte wraps at 256
         ("--test=write_bw -s 65536 -n 100", "RDMA_Write BW Test", false),
         ("--test=read_lat -s 3000 -n 60", "RDMA_Read Latency Test", true),
         ("--test=read_bw -s 16384 -n 100", "RDMA_Read BW Test", false),

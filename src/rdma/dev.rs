@@ -116,6 +116,47 @@ pub fn seed() -> u64 {
     t ^ (std::process::id() as u64).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15
 }
 
+/// A cheap stall detector for the polling loops (TSC, not a system call per poll).
+/// Reads the clock once per 256 checks only (rdtsc can trap in a VM).
+pub struct Stall {
+    last: u64,
+    limit: u64,
+    calls: u32,
+    active: bool,
+}
+
+impl Stall {
+    pub fn new(timeout: Duration) -> Stall {
+        let hz = dpdk::tsc_hz().max(1_000_000);
+        Stall { last: dpdk::rdtsc(), limit: (timeout.as_secs_f64() * hz as f64) as u64, calls: 0, active: false }
+    }
+    /// Something happened: the stall clock restarts at the next clock read.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.active = true;
+    }
+    #[inline]
+    pub fn expired(&mut self) -> bool {
+        self.calls += 1;
+        if self.calls < 256 {
+            return false;
+        }
+        self.calls = 0;
+        let now = dpdk::rdtsc();
+        if self.active {
+            self.active = false;
+            self.last = now;
+            return false;
+        }
+        now.wrapping_sub(self.last) > self.limit
+    }
+}
+
+/// Seconds since `t0` (a TSC value).
+pub fn tsc_secs(t0: u64, t: u64) -> f64 {
+    t.wrapping_sub(t0) as f64 / dpdk::tsc_hz().max(1) as f64
+}
+
 /// A small xorshift for PSNs (perftest: `lrand48() & 0xffffff`).
 pub struct Rng(u64);
 impl Rng {
@@ -184,6 +225,11 @@ impl Dev {
                         _ => {}
                     }
                 }
+                if !any {
+                    // the engine thread may share this lcore's CPU (threads inherit the main
+                    // lcore's affinity): let it run
+                    std::thread::yield_now();
+                }
                 any
             }
             Dev::Gone => false,
@@ -240,15 +286,15 @@ impl Dev {
     /// Polls `cq` (keeping the device going) until one completion, or `timeout` without any
     /// device activity.
     pub fn wait_wc(&mut self, cq: CqHandle, timeout: Duration, what: &str) -> R<WorkCompletion> {
-        let mut last = Instant::now();
+        let mut last = Stall::new(timeout);
         loop {
             if self.progress() {
-                last = Instant::now();
+                last.reset();
             }
             if let Some(wc) = self.poll_cq(cq)? {
                 return Ok(wc);
             }
-            if last.elapsed() > timeout {
+            if last.expired() {
                 return Err(format!("timed out after {timeout:?} waiting for {what} (peer gone?)"));
             }
         }

@@ -1,10 +1,10 @@
 //! The perftest-compatible tests: handshake sequences of perftest 4.5 (docs/interop.md (b)),
 //! the test loops, verification and the report.
 
-use super::dev::{check_wc, verb, Buffer, Ctrl, Dev, Rng, Setup, R};
+use super::dev::{check_wc, tsc_secs, verb, Buffer, Ctrl, Dev, Rng, Setup, Stall, R};
 use super::exchange::{self, BwReport, KeyMsg, DONE, KEY_MSG_LEN, VERSION_LEN};
 use super::opts::{AtomicOp, Opts, Progress, Test};
-use super::report::{self, address_line, bw_row, bw_stats, check_pattern, fill_pattern, lat_row, lat_stats, BW_COLUMNS, LAT_COLUMNS, LINE};
+use super::report::{self, address_line, bw_row, check_pattern, fill_pattern, lat_row, lat_stats, BW_COLUMNS, LAT_COLUMNS, LINE};
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::WcOpcode;
@@ -16,6 +16,8 @@ pub const DEF_QKEY: u32 = 0x1111_1111;
 pub const GRH: u64 = 40;
 /// READ/atomic credits droce announces (`out_reads`); rxe announces 0x80.
 const OUT_READS: u16 = 16;
+/// Bandwidth tests take a clock stamp every STAMP_STEP completions.
+const STAMP_STEP: u64 = 16;
 
 pub struct QpCtx {
     pub h: QpHandle,
@@ -106,9 +108,10 @@ impl Run {
     }
 }
 
-/// perftest's write_lat marker: never 0, differs between consecutive iterations.
+/// perftest's write_lat marker: the last payload byte of WRITE `i` is `(char)++scnt`, i.e.
+/// 1, 2, .., 255, 0, 1, .. (consecutive values always differ).
 fn marker(i: u64) -> u8 {
-    (i % 255) as u8 + 1
+    (i + 1) as u8
 }
 
 fn mtu_of(p: PathMtu) -> u32 {
@@ -493,8 +496,8 @@ fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
             }
         }
     }
-    let t0 = Instant::now();
-    let mut last = Instant::now();
+    let t0 = droce_dpdk::rdtsc();
+    let mut last = Stall::new(r.o.timeout);
     let total = iters * nq as u64;
     let mut completed = 0u64;
     while completed < total {
@@ -511,7 +514,7 @@ fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
             }
         }
         if dv.progress() {
-            last = Instant::now();
+            last.reset();
         }
         while let Some(wc) = dv.poll_cq(r.cq)? {
             check_wc(r.side, &wc)?;
@@ -524,15 +527,18 @@ fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
             }
             done[q] += 1;
             completed += 1;
-            stamps.push(t0.elapsed().as_secs_f64());
-            last = Instant::now();
+            if completed % STAMP_STEP == 0 {
+                stamps.push(droce_dpdk::rdtsc());
+            }
+            last.reset();
         }
-        if last.elapsed() > r.o.timeout {
+        if last.expired() {
             return Err(format!("timed out after {:?} at client: {completed} of {total} completions (peer gone?)", r.o.timeout));
         }
     }
-    let secs = t0.elapsed().as_secs_f64();
-    Ok((bw_stats(r.o.size, &stamps, secs), secs))
+    let secs = tsc_secs(t0, droce_dpdk::rdtsc());
+    let stamps: Vec<f64> = stamps.iter().map(|&t| tsc_secs(t0, t)).collect();
+    Ok((report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs), secs))
 }
 
 fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
@@ -543,18 +549,18 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
     let mut completed = 0u64;
     let mut stamps = Vec::with_capacity((total as usize).min(1 << 24));
     let mut t0 = None;
-    let mut last = Instant::now();
+    let mut last = Stall::new(r.o.timeout);
     let off = if r.o.ud { GRH } else { 0 };
     while completed < total {
         if dv.progress() {
-            last = Instant::now();
+            last.reset();
         }
         while let Some(wc) = dv.poll_cq(r.cq)? {
             check_wc(r.side, &wc)?;
             if wc.opcode != WcOpcode::Recv {
                 continue;
             }
-            let t = *t0.get_or_insert_with(Instant::now);
+            let t = *t0.get_or_insert_with(droce_dpdk::rdtsc);
             let (q, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
             if wc.byte_len as u64 != r.o.size + off {
                 return Err(format!("server: received {} bytes, expected {}", wc.byte_len as u64 - off, r.o.size));
@@ -565,10 +571,12 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
             got[q] += 1;
             completed += 1;
             post_recv(r, dv, q, k)?;
-            stamps.push(t.elapsed().as_secs_f64());
-            last = Instant::now();
+            if completed % STAMP_STEP == 0 || completed == total {
+                stamps.push(tsc_secs(t, droce_dpdk::rdtsc()));
+            }
+            last.reset();
         }
-        if last.elapsed() > r.o.timeout {
+        if last.expired() {
             return Err(format!(
                 "timed out after {:?} at server: received {completed} of {total} messages (peer gone{})",
                 r.o.timeout,
@@ -577,7 +585,7 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
         }
     }
     let secs = stamps.last().copied().unwrap_or(0.0);
-    Ok(bw_stats(r.o.size, &stamps, secs))
+    Ok(report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs))
 }
 
 fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
@@ -602,15 +610,15 @@ fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
             sends_out += 1;
         }
         // wait for the receive of iteration i (and reap send completions on the way)
-        let mut last = Instant::now();
+        let mut last = Stall::new(r.o.timeout);
         loop {
             if dv.progress() {
-                last = Instant::now();
+                last.reset();
             }
             let mut recvd = false;
             while let Some(wc) = dv.poll_cq(r.cq)? {
                 check_wc(r.side, &wc)?;
-                last = Instant::now();
+                last.reset();
                 if wc.opcode != WcOpcode::Recv {
                     sends_out -= 1;
                     continue;
@@ -626,7 +634,7 @@ fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
             if recvd {
                 break;
             }
-            if last.elapsed() > r.o.timeout {
+            if last.expired() {
                 return Err(format!("timed out after {:?} at {} in iteration {i} (peer gone?)", r.o.timeout, r.side));
             }
         }
@@ -688,11 +696,11 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
         // wait for the peer's WRITE i to land in our slot
         let want = marker(i);
         let at = r.rslot(q, 0) + size as u64 - 1;
-        let mut last = Instant::now();
+        let mut last = Stall::new(r.o.timeout);
         let mut b = [0u8; 1];
         loop {
             if dv.progress() {
-                last = Instant::now();
+                last.reset();
             }
             dv.read_mem(at, &mut b)?;
             if b[0] == want {
@@ -701,9 +709,9 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
             while let Some(wc) = dv.poll_cq(r.cq)? {
                 check_wc(r.side, &wc)?;
                 out -= 1;
-                last = Instant::now();
+                last.reset();
             }
-            if last.elapsed() > r.o.timeout {
+            if last.expired() {
                 return Err(format!("timed out after {:?} at {} waiting for WRITE {i} (peer gone?)", r.o.timeout, r.side));
             }
         }

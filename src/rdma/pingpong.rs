@@ -1,6 +1,6 @@
 //! ibv_rc_pingpong / ibv_ud_pingpong compatible tests (docs/interop.md (a)).
 
-use super::dev::{check_wc, verb, Buffer, Ctrl, Dev, Rng, Setup, R};
+use super::dev::{check_wc, verb, Buffer, Ctrl, Dev, Rng, Setup, Stall, R};
 use super::exchange::{PpMsg, DONE, PP_MSG_LEN};
 use super::opts::{Opts, Progress};
 use super::perf::{DEF_QKEY, GRH};
@@ -135,14 +135,14 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         post_send(dv, 0)?;
         pending |= SEND;
     }
-    let mut last = Instant::now();
+    let mut last = Stall::new(o.timeout);
     let mut rbytes = vec![0u8; size as usize];
     while rcnt < iters || scnt < iters {
         if dv.progress() {
-            last = Instant::now();
+            last.reset();
         }
         while let Some(wc) = dv.poll_cq(cq)? {
-            last = Instant::now();
+            last.reset();
             if let Err(e) = check_wc(side, &wc) {
                 return Err(format!("Failed status {} for wr_id {} ({e})", super::report::status_name(wc.status), wc.wr_id));
             }
@@ -174,7 +174,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                 pending = RECV | SEND;
             }
         }
-        if last.elapsed() > o.timeout {
+        if last.expired() {
             return Err(format!("timed out after {:?} at {side}: {scnt} sent, {rcnt} received (peer gone?)", o.timeout));
         }
     }
