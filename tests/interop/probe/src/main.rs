@@ -110,7 +110,7 @@ impl RawSock {
             let mut sll: libc::sockaddr_ll = std::mem::zeroed();
             let mut sl = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             let n = libc::recvfrom(self.fd, buf.as_mut_ptr() as *mut _, buf.len(), libc::MSG_DONTWAIT, &mut sll as *mut _ as *mut libc::sockaddr, &mut sl);
-            if n <= 0 || sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if n <= 0 || sll.sll_pkttype == libc::PACKET_OUTGOING {
                 return None;
             }
             Some(n as usize)
