@@ -182,7 +182,7 @@ fn pair_with(args: &str, server_extra: &str, client_extra: &str) -> (Done, Done)
     let _g = serial();
     let m = Memif::new();
     let port = tcp_port();
-    let common = format!("{args} -p {port} --timeout 8");
+    let common = format!("{args} -p {port} --timeout 15");
     let s = Proc::spawn(None, 0, &m.vdev(true), &v(&format!("{common} {server_extra}")));
     std::thread::sleep(Duration::from_millis(400)); // the memif socket exists once the server's EAL is up
     let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} {client_extra} 127.0.0.1")));
@@ -424,7 +424,7 @@ fn af_packet_veth_in_namespaces() {
     let run = |args: &str, flood: bool| -> (Done, Done) {
         let port = tcp_port();
         // TCP between the kernel addresses; RoCE on droce's own addresses on the same wires
-        let common = format!("{args} -p {port} --timeout 8");
+        let common = format!("{args} -p {port} --timeout 15");
         let s = Proc::spawn(Some(&ns.a), 0, &format!("net_af_packet0,iface=dt{id}a"), &v(&format!("{common} --ip 10.199.0.11")));
         std::thread::sleep(Duration::from_millis(300));
         let mut fl = None;
