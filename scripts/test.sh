@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Newcomer command 2 (and what CI runs): install what droce needs, build everything, and run
 # the whole test suite: unit and golden tests, the deterministic lossy-network simulation, and
-# the DPDK end-to-end tests (net_ring, net_null, memif between two processes).
+# the DPDK end-to-end tests (net_ring, net_null, memif between two processes, af_packet over
+# veth in namespaces), then interop against Linux rxe in two qemu VMs (tests/interop/rxe.sh:
+# about 10 minutes under emulation; it skips with one line where it cannot run, and
+# DROCE_SKIP_INTEROP=1 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
@@ -11,3 +14,8 @@ cargo build --workspace --all-targets
 # sure they still compile against the transport's API on stable.
 (cd fuzz && cargo check --bins --quiet)
 cargo test --workspace
+if [ "${DROCE_SKIP_INTEROP:-0}" = 1 ]; then
+  echo "rxe interop: left out (DROCE_SKIP_INTEROP=1)"
+else
+  tests/interop/rxe.sh
+fi
