@@ -174,7 +174,9 @@ impl Rng {
     }
 }
 
-/// The device under either progress model.
+/// The device under either progress model (one per process: the size of the manual variant
+/// does not matter).
+#[allow(clippy::large_enum_variant)]
 pub enum Dev {
     Manual(RoceDevice),
     Thread { eng: EngineThread, mem: ProcessMemory, wcs: VecDeque<WorkCompletion>, err: Option<String> },

@@ -17,7 +17,7 @@ pub const GRH: u64 = 40;
 /// READ/atomic credits droce announces (`out_reads`); rxe announces 0x80.
 const OUT_READS: u16 = 16;
 /// Bandwidth tests take a clock stamp every STAMP_STEP completions.
-const STAMP_STEP: u64 = 16;
+const STAMP_STEP: u64 = 16; // a power of two
 /// Bandwidth tests signal one WRITE/SEND in CQ_MOD (perftest's `--cq-mod`, default 100).
 const CQ_MOD: u64 = 16;
 
@@ -416,7 +416,7 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
             verb("modify_qp INIT", dd.modify_qp(q.h, &a, m))?;
             let (a, m) = rtr_attr(av, mtu, Qpn::new(k.qpn), Psn::new(k.psn), own_reads as u8, 12);
             verb("modify_qp RTR", dd.modify_qp(q.h, &a, m))?;
-            let (a, m) = rts_attr(Psn::new(q.psn), 14, 7, 7, k.out_reads.clamp(1, OUT_READS) as u8);
+            let (a, m) = rts_attr(Psn::new(q.psn), r.o.qp_timeout, 7, 7, k.out_reads.clamp(1, OUT_READS) as u8);
             verb("modify_qp RTS", dd.modify_qp(q.h, &a, m))?;
         }
     }
@@ -582,7 +582,7 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
             got[q] += 1;
             completed += 1;
             post_recv(r, dv, q, k)?;
-            if completed % STAMP_STEP == 0 || completed == total {
+            if completed & (STAMP_STEP - 1) == 0 || completed == total {
                 stamps.push(tsc_secs(t, droce_dpdk::rdtsc()));
             }
             last.reset();
