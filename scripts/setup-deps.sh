@@ -8,6 +8,8 @@ PKGS=(
   dpdk dpdk-dev libdpdk-dev      # DPDK 22.11 runtime, PMDs (memif, af_packet, ring, null, tap, pcap) and headers
   libclang-dev                   # bindgen for dpdk-sys
   iproute2                       # network namespaces and veth pairs in end-to-end tests
+  iputils-ping                   # the non-RoCE flood (ping -f) in the af_packet end-to-end test
+  libfabric-bin                  # fi_pingpong: the tcp-provider latency baseline of scripts/bench-rdma.sh
   tshark tcpdump                 # reading the pcaps droce writes, cross-checking droce-dump
   python3                        # ../shared/vectors/icrc_check.py, the independent ICRC checker
 )
