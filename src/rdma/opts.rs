@@ -86,6 +86,8 @@ pub struct Opts {
     pub faults: Option<String>,
     pub pcap: Option<PathBuf>,
     pub timeout: Duration,
+    /// RC local ACK timeout exponent (perftest `-u/--qp-timeout`): 4.096 µs × 2^N, default 14.
+    pub qp_timeout: u8,
     pub tx_depth: Option<usize>,
     pub rx_depth: Option<usize>,
     pub gid_index: u8,
@@ -114,6 +116,7 @@ impl Opts {
             faults: None,
             pcap: None,
             timeout: Duration::from_secs(10),
+            qp_timeout: 14,
             tx_depth: None,
             rx_depth: None,
             gid_index: 1,
@@ -151,6 +154,7 @@ RDMA tests (perftest 4.5 / ibv_*_pingpong compatible TCP exchange):
   --progress=manual|thread   poll the device in the test loop (default) or run the engine thread
   --faults=SPEC    fault injection (test feature), e.g. 'both:drop=0.01,reorder=0.01;seed=3'
   --pcap FILE      capture RoCE/ARP frames;  --timeout SECS  bound on every wait (default 10)
+  -u N             RC local ACK timeout 4.096 µs × 2^N, N 1..31 (default 14; retry_cnt is 7)
   --no-stats       do not print the RoCE statistics block at the end
 ";
 
@@ -199,6 +203,7 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                     | "--ip" | "-p" | "--port"
                     | "-A" | "--atomic_type"
                     | "--progress" | "--faults" | "--pcap" | "--timeout"
+                    | "-u" | "--qp-timeout"
                     | "-t" | "--tx-depth"
                     | "-r" | "--rx-depth"
                     | "-g" | "--gid-idx" | "-x"
@@ -241,6 +246,12 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
             "-q" | "--qp" => o.qps = num(&flag, &val)?,
             "--ip" => o.ip = Some(val.parse().map_err(|_| format!("--ip {val}: not an IPv4 address"))?),
             "-p" | "--port" => o.tcp_port = num(&flag, &val)?,
+            "-u" | "--qp-timeout" => {
+                o.qp_timeout = num(&flag, &val)?;
+                if !(1..=31).contains(&o.qp_timeout) {
+                    return Err(format!("-u {val}: the ACK timeout exponent is 1..31"));
+                }
+            }
             "-A" | "--atomic_type" => {
                 o.atomic = match val.as_str() {
                     "FETCH_AND_ADD" => AtomicOp::FetchAdd,
@@ -350,6 +361,9 @@ mod tests {
         assert_eq!((o.atomic, o.size, o.iters), (AtomicOp::CmpSwap, 8, 1000));
         let o = p("--test=ud_pingpong -g 1 -s 512 -n 10").unwrap().unwrap();
         assert!(o.ud && o.size == 512);
+        assert_eq!(o.qp_timeout, 14, "perftest's default ACK timeout");
+        assert_eq!(p("--test=write_lat -u 17").unwrap().unwrap().qp_timeout, 17);
+        assert_eq!(p("--test=read_bw --qp-timeout=20").unwrap().unwrap().qp_timeout, 20);
         assert!(p("--forward-mode=io").unwrap().is_none());
         assert!(p("--test=rping").unwrap().is_none(), "other helpers' tests fall through");
     }
@@ -365,6 +379,7 @@ mod tests {
             ("--test=write_bw --faults=rx:drop=2", "--faults=rx:drop=2"),
             ("--test=write_bw a b", "only one SERVER"),
             ("--test=write_bw -q 0", "between 1 and 64"),
+            ("--test=write_lat -u 32", "exponent is 1..31"),
         ] {
             let e = p(line).unwrap_err();
             assert!(e.contains(want), "{line}: {e}");

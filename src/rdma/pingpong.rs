@@ -88,7 +88,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         let mtu = PathMtu::from_bytes(mtu).ok_or("bad MTU")?;
         let (a, m) = rtr_attr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn), 1, 12);
         verb("modify_qp RTR", d.device_mut().modify_qp(qp, &a, m))?;
-        let (a, m) = rts_attr(Psn::new(psn), 14, 7, 7, 1);
+        let (a, m) = rts_attr(Psn::new(psn), o.qp_timeout, 7, 7, 1);
         verb("modify_qp RTS", d.device_mut().modify_qp(qp, &a, m))?;
         Ok(None)
     };
