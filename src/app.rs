@@ -77,6 +77,11 @@ pub fn run(cl: CommandLine) -> i32 {
     };
     let code = if app.opts.interactive { app.interactive() } else { app.batch() };
     app.close();
+    // Not dropping the Eal (rte_eal_cleanup): it would unmap memory under the still running EAL
+    // interrupt thread (SIGSEGV at exit when a memif peer disconnects meanwhile); main exits next.
+    let App { pool, _eal: eal, .. } = app;
+    drop(pool);
+    eal.release_for_exit();
     code
 }
 

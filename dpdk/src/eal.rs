@@ -130,9 +130,27 @@ impl Eal {
     }
 }
 
-impl Drop for Eal {
+impl Eal {
+    /// Ends this process's use of EAL *without* `rte_eal_cleanup`, for a process that exits right
+    /// after: waits for the worker lcores and removes the runtime directory like `Drop`, but
+    /// leaves DPDK memory mapped until the process exits.
+    ///
+    /// Why: DPDK 22.11's `rte_eal_cleanup` (Linux) unmaps the DPDK heap (`rte_eal_memory_detach`)
+    /// but never stops the interrupt thread (`eal-intr-thread`). A source still registered or
+    /// being serviced there (net_memif's control channel whose handle lives in that heap, while
+    /// the peer disconnects at the same moment) then makes that thread read unmapped memory:
+    /// SIGSEGV in `rte_intr_fd_get` after the program finished its work. Process exit releases
+    /// everything `rte_eal_cleanup` would; stop and close the ports before calling this.
+    pub fn release_for_exit(mut self) {
+        let runtime_dir = self.prepare_end();
+        std::mem::take(&mut self.app_args);
+        std::mem::forget(self);
+        remove_runtime_dir(runtime_dir);
+    }
+
+    /// Marks EAL stopped, notes the runtime dir to remove (primary only) and waits for workers.
     #[allow(unsafe_code)]
-    fn drop(&mut self) {
+    fn prepare_end(&mut self) -> Option<String> {
         RUNNING.store(false, Ordering::Release);
         // SAFETY: EAL is initialised; the runtime dir string is copied before cleanup.
         let (primary, runtime_dir) = unsafe {
@@ -142,17 +160,26 @@ impl Drop for Eal {
         };
         // SAFETY: waiting for workers first keeps cleanup from freeing memory a worker still
         // uses. Called once, from the thread that owns the Eal.
-        unsafe {
-            sys::rte_eal_mp_wait_lcore();
-            sys::rte_eal_cleanup();
-        }
-        // EAL leaves its runtime directory (/var/run/dpdk/<file-prefix>) behind; the primary
-        // process owns it, and nothing can attach to it after cleanup.
-        if primary {
-            if let Some(dir) = runtime_dir.filter(|d| d.contains("/dpdk/")) {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
+        unsafe { sys::rte_eal_mp_wait_lcore() };
+        runtime_dir.filter(|_| primary)
+    }
+}
+
+/// EAL leaves its runtime directory (/var/run/dpdk/<file-prefix>) behind; the primary process
+/// owns it, and nothing can attach to it after the program ends.
+fn remove_runtime_dir(dir: Option<String>) {
+    if let Some(dir) = dir.filter(|d| d.contains("/dpdk/")) {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+impl Drop for Eal {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        let runtime_dir = self.prepare_end();
+        // SAFETY: workers are done (prepare_end). Called once, from the thread that owns the Eal.
+        unsafe { sys::rte_eal_cleanup() };
+        remove_runtime_dir(runtime_dir);
     }
 }
 

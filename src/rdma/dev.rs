@@ -107,7 +107,10 @@ impl Setup {
         let _ = port.stop();
         let _ = port.close();
         drop(pool);
-        drop(eal);
+        // Not `drop(eal)`: rte_eal_cleanup would unmap memory under the still running EAL
+        // interrupt thread (SIGSEGV at exit when the memif peer disconnects meanwhile); the
+        // process exits right after this.
+        eal.release_for_exit();
     }
 }
 
