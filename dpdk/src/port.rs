@@ -638,12 +638,7 @@ impl Port {
         if r != 0 {
             return Err(Error::from_ret("rte_eth_link_get_nowait", r));
         }
-        Ok(LinkStatus {
-            up: l.link_status() != 0,
-            speed_mbps: l.link_speed,
-            full_duplex: l.link_duplex() != 0,
-            autoneg: l.link_autoneg() != 0,
-        })
+        Ok(LinkStatus::from_raw(&l))
     }
 
     /// Link state, waiting up to 9 s for autonegotiation (`rte_eth_link_get`).
@@ -654,12 +649,7 @@ impl Port {
         if r != 0 {
             return Err(Error::from_ret("rte_eth_link_get", r));
         }
-        Ok(LinkStatus {
-            up: l.link_status() != 0,
-            speed_mbps: l.link_speed,
-            full_duplex: l.link_duplex() != 0,
-            autoneg: l.link_autoneg() != 0,
-        })
+        Ok(LinkStatus::from_raw(&l))
     }
 
     /// Basic counters.
@@ -868,5 +858,11 @@ mod tests {
         assert_eq!(port_count(), 0);
         assert!(port_ids().is_empty());
         assert_eq!(Port::new(PortId(0)).unwrap_err(), Error::EalNotInitialized);
+    }
+}
+
+impl LinkStatus {
+    fn from_raw(l: &sys::rte_eth_link) -> LinkStatus {
+        LinkStatus { up: l.link_status() != 0, speed_mbps: l.link_speed, full_duplex: l.link_duplex() != 0, autoneg: l.link_autoneg() != 0 }
     }
 }
