@@ -839,6 +839,12 @@ fn raw_info(id: PortId) -> Result<sys::rte_eth_dev_info> {
     Ok(i)
 }
 
+impl LinkStatus {
+    fn from_raw(l: &sys::rte_eth_link) -> LinkStatus {
+        LinkStatus { up: l.link_status() != 0, speed_mbps: l.link_speed, full_duplex: l.link_duplex() != 0, autoneg: l.link_autoneg() != 0 }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -858,11 +864,5 @@ mod tests {
         assert_eq!(port_count(), 0);
         assert!(port_ids().is_empty());
         assert_eq!(Port::new(PortId(0)).unwrap_err(), Error::EalNotInitialized);
-    }
-}
-
-impl LinkStatus {
-    fn from_raw(l: &sys::rte_eth_link) -> LinkStatus {
-        LinkStatus { up: l.link_status() != 0, speed_mbps: l.link_speed, full_duplex: l.link_duplex() != 0, autoneg: l.link_autoneg() != 0 }
     }
 }
