@@ -667,8 +667,8 @@ impl App {
         println!("\nStopping ports...");
         for st in self.ports.drain(..) {
             let id = st.port.id();
-            let _ = st.port.stop();
-            let _ = st.port.close();
+            // net_memif is left to the process exit (see Port::close_at_exit).
+            let _ = st.port.close_at_exit();
             println!("Port {id} is closed");
         }
         println!("Done");

@@ -121,9 +121,13 @@ impl Proc {
 
     /// Waits for the exit (killing the child at the deadline).
     fn finish(mut self) -> Done {
+        let mut signal = None;
         let code = loop {
             match self.child.try_wait() {
-                Ok(Some(s)) => break s.code(),
+                Ok(Some(s)) => {
+                    signal = std::os::unix::process::ExitStatusExt::signal(&s);
+                    break s.code();
+                }
                 Ok(None) if self.started.elapsed() > DEADLINE => {
                     self.kill();
                     let _ = self.child.wait();
@@ -137,7 +141,11 @@ impl Proc {
             let _ = r.join();
         }
         let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
-        Done { code, out: self.output() }
+        let mut out = self.output();
+        if let Some(sig) = signal {
+            out.push_str(&format!("\n[test harness: process killed by signal {sig}]\n"));
+        }
+        Done { code, out }
     }
 }
 

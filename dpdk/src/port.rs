@@ -565,6 +565,24 @@ impl Port {
         Ok(())
     }
 
+    /// Stop and close for a process that exits right after (with `Eal::release_for_exit`).
+    ///
+    /// A `net_memif` port is left to the process exit instead: DPDK 22.11's memif stop and close
+    /// both run `memif_disconnect` on the main thread with no lock against the EAL interrupt
+    /// thread, which runs the same function when the peer disconnects; a peer that ends at the
+    /// same moment made this process die with SIGSEGV after its work was done (CI, rc_pingpong
+    /// server, exit status "killed by signal" after printing its statistics). Exit closes the
+    /// control socket, and the peer sees that as an ordinary disconnect. Returns whether the
+    /// port was really closed.
+    pub fn close_at_exit(self) -> Result<bool> {
+        if self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false) {
+            return Ok(false);
+        }
+        let stopped = self.stop();
+        self.close()?;
+        stopped.map(|()| true)
+    }
+
     /// Primary MAC address.
     pub fn mac_addr(&self) -> Result<MacAddr> {
         let mut a = sys::rte_ether_addr::default();

@@ -104,8 +104,8 @@ impl Setup {
             }
             drop(d);
         }
-        let _ = port.stop();
-        let _ = port.close();
+        // net_memif is left to the process exit (see Port::close_at_exit).
+        let _ = port.close_at_exit();
         drop(pool);
         // Not `drop(eal)`: rte_eal_cleanup would unmap memory under the still running EAL
         // interrupt thread (SIGSEGV at exit when the memif peer disconnects meanwhile); the
