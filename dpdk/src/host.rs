@@ -1,0 +1,942 @@
+//! droce inside an application's process, brought up from the environment (for libraries with
+//! no command line: the libfabric provider and the UCX transport). User guide: `docs/host.md`.
+//!
+//! ```text
+//! HostConfig::from_env() -> Result<HostConfig, HostError>
+//!   DROCE_CONF=<file>   a conf file (format below), values rank-templated; rank from DROCE_RANK,
+//!                       PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK (first set wins)
+//!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
+//!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
+//!   DROCE_PROGRESS=manual|thread, DROCE_FAULTS=<spec>, DROCE_PCAP=<path> ({pid}, {rank}),
+//!   DROCE_EAL=<extra EAL args> override / extend the conf
+//! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
+//! Host::open(cfg) -> Result<Host, HostError>   EAL (caller's CPU affinity restored), mempool,
+//!                                              port up, RoceDevice, CmAgent on QP1
+//!   dev(), cm(), cm_and_dev(), progress() (dev.poll + cm.poll; true if anything happened),
+//!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip)
+//! global() -> Result<&'static Mutex<Host>, HostError>   opened once from from_env(), never
+//!   closed, errors sticky; Progress::Thread adds a background progress thread
+//! lock_global() -> Result<MutexGuard<'static, Host>, HostError>   global() + lock, ignoring
+//!   poisoning (a panic while holding the lock leaves the engine usable)
+//! ```
+//!
+//! # Conf file
+//! One `key = value` per line; `#` starts a comment; blank lines are ignored. In values
+//! `{rank}`, `{rank+N}` and `{pid}` are replaced. Keys (repeatable ones marked *):
+//! `vdev`* (an EAL `--vdev`, e.g. `net_af_packet0,iface=droce{rank}`), `allow`* (a PCI address,
+//! EAL `-a`; enables the PCI bus), `port` (device name; default: the first `vdev`, else the first
+//! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
+//! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
+//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU), `progress` (`manual` | `thread`),
+//! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
+//! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`
+//! (EAL `--log-level`, default `error`), `faults` (fault injection spec, a test feature),
+//! `pcap` (capture file), `eal`* (extra EAL arguments, split at white space).
+//!
+//! # Zero-config default
+//! Two processes on one machine, no configuration: the first to take
+//! `/tmp/droce-<uid>/<link>.server.lock` (flock, held until the process exits) is the memif
+//! server with 10.77.0.1, the next one takes `<link>.client.lock` and is the client with
+//! 10.77.0.2; each has the other as `peer` and a static neighbour entry (fixed MACs). The memif
+//! control socket is an abstract socket (`@droce-<uid>-<link>`): nothing on disk, gone with its
+//! process, so stale state is harmless and start order does not matter (a client retries its
+//! connect for [`CLIENT_CONNECT_TIMEOUT`]). A third process on the same link gets
+//! `HostError::Config` naming both holders' pids; a client whose server exits does not reconnect.
+//!
+//! # Exit
+//! DPDK cannot be re-initialised in a process, and DPDK 22.11 crashes when `rte_eal_cleanup` or a
+//! memif stop races the EAL interrupt thread at exit: the global host is never closed. A `Host`
+//! that is dropped stops and closes its port (memif: left to the exit, see
+//! [`crate::Port::close_at_exit`]) and ends EAL with [`Eal::release_for_exit`]; EAL cannot be
+//! opened again in that process.
+
+use crate::roce::cm::{CmAgent, CmAgentConfig};
+use crate::roce::{FaultConfig, RoceConfig, RoceDevice};
+use crate::{Eal, Mempool, MempoolConfig, Port, PortConfig, PortId, QueueId};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a zero-config (memif) client keeps retrying to reach its server at `Host::open`.
+pub const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Addresses of the zero-config link: server, client.
+pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+pub const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const DEFAULT_SERVER_MAC: [u8; 6] = [0x02, 0x64, 0x72, 0x63, 0x00, 0x01];
+const DEFAULT_CLIENT_MAC: [u8; 6] = [0x02, 0x64, 0x72, 0x63, 0x00, 0x02];
+
+/// Environment variables carrying the rank, in the order they are consulted.
+pub const RANK_VARS: [&str; 4] = ["DROCE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"];
+
+/// Who polls the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// The caller's threads poll (inside fi_cq_read, UCT progress, ...). The default.
+    #[default]
+    Manual,
+    /// A background thread of [`global`] also polls.
+    Thread,
+}
+
+/// What [`Host::open`] brings up.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Full EAL argv including the program name ("droce").
+    pub eal_args: Vec<String>,
+    /// Port device name (e.g. "net_memif0"); `None`: the first port.
+    pub port: Option<String>,
+    /// This process's RoCE address (its GID, IPv4-mapped or IPv6).
+    pub ip: IpAddr,
+    /// The other end of a point-to-point link (what a loopback destination means).
+    pub peer: Option<IpAddr>,
+    /// Static neighbour entries.
+    pub neighbours: Vec<(IpAddr, [u8; 6])>,
+    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: the port's.
+    pub eth_mtu: Option<u16>,
+    pub progress: Progress,
+    pub faults: Option<FaultConfig>,
+    pub pcap: Option<PathBuf>,
+    pub rank: Option<u32>,
+    /// Where this config came from, for messages: "DROCE_CONF=/x.conf rank 3", ...
+    pub source: String,
+}
+
+/// Why the host could not be brought up. `Display` is one line saying what to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostError {
+    /// The environment or the conf file.
+    Config(String),
+    /// rte_eal_init (or a second init in one process).
+    Eal(String),
+    /// Port lookup, configure, start.
+    Port(String),
+    /// Mempool, RoceDevice, CM agent, progress thread.
+    Device(String),
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostError::Config(m) => write!(f, "droce config: {m}"),
+            HostError::Eal(m) => write!(f, "droce EAL: {m}"),
+            HostError::Port(m) => write!(f, "droce port: {m}"),
+            HostError::Device(m) => write!(f, "droce device: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+fn cfg_err(m: impl Into<String>) -> HostError {
+    HostError::Config(m.into())
+}
+
+// ------------------------------------------------------------------------------ conf parsing
+
+/// Replaces `{rank}`, `{rank+N}`, `{pid}` in `v`.
+fn template(v: &str, rank: Option<u32>, pid: u32) -> Result<String, String> {
+    let mut out = String::with_capacity(v.len());
+    let mut rest = v;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let j = after.find('}').ok_or_else(|| format!("unclosed '{{' in '{v}'"))?;
+        let inner: String = after[..j].chars().filter(|c| !c.is_whitespace()).collect();
+        let inner = inner.as_str();
+        let need_rank = || {
+            rank.ok_or_else(|| {
+                format!("'{{{inner}}}' needs the rank, but none of {} is set (run under mpirun/mpiexec or set DROCE_RANK)", RANK_VARS.join(", "))
+            })
+        };
+        if inner == "pid" {
+            out.push_str(&pid.to_string());
+        } else if inner == "rank" {
+            out.push_str(&need_rank()?.to_string());
+        } else if let Some(n) = inner.strip_prefix("rank+") {
+            let n: u32 = n.trim().parse().map_err(|_| format!("bad offset in '{{{inner}}}' (want {{rank+N}}, N a number)"))?;
+            let r = need_rank()?;
+            out.push_str(&r.checked_add(n).ok_or_else(|| format!("'{{{inner}}}' overflows"))?.to_string());
+        } else {
+            return Err(format!("unknown placeholder '{{{inner}}}' (known: {{rank}}, {{rank+N}}, {{pid}})"));
+        }
+        rest = &after[j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return None;
+    }
+    let mut m = [0u8; 6];
+    for (b, p) in m.iter_mut().zip(parts) {
+        if p.is_empty() || p.len() > 2 {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    Some(m)
+}
+
+fn yes_no(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "on" | "1" => Some(true),
+        "no" | "false" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+fn parse_progress(v: &str) -> Option<Progress> {
+    match v.to_ascii_lowercase().as_str() {
+        "manual" => Some(Progress::Manual),
+        "thread" | "auto" => Some(Progress::Thread),
+        _ => None,
+    }
+}
+
+const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hugepages, memory, lcore, log-level, faults, pcap, eal";
+
+/// Distinguishes the `--file-prefix` of successive EAL attempts in one process.
+static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl HostConfig {
+    /// Reads the configuration from the environment (see the module docs).
+    pub fn from_env() -> Result<HostConfig, HostError> {
+        let rank = rank_from_env()?;
+        let mut cfg = match std::env::var("DROCE_CONF").ok().filter(|p| !p.trim().is_empty()) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|e| cfg_err(format!("DROCE_CONF={path}: cannot read the file: {e}")))?;
+                let mut c = HostConfig::parse(&text, rank).map_err(|e| match e {
+                    HostError::Config(m) => cfg_err(format!("DROCE_CONF={path}: {m}")),
+                    e => e,
+                })?;
+                c.source = match rank {
+                    Some(r) => format!("DROCE_CONF={path} rank {r}"),
+                    None => format!("DROCE_CONF={path}"),
+                };
+                c
+            }
+            None => default_link(rank)?,
+        };
+        let pid = std::process::id();
+        if let Ok(v) = std::env::var("DROCE_PROGRESS") {
+            cfg.progress = parse_progress(v.trim()).ok_or_else(|| cfg_err(format!("DROCE_PROGRESS='{v}': want manual or thread")))?;
+        }
+        if let Ok(v) = std::env::var("DROCE_FAULTS") {
+            if !v.trim().is_empty() {
+                cfg.faults = Some(v.trim().parse().map_err(|e| cfg_err(format!("DROCE_FAULTS='{v}': {e}")))?);
+            }
+        }
+        if let Ok(v) = std::env::var("DROCE_PCAP") {
+            if !v.trim().is_empty() {
+                let p = template(v.trim(), rank, pid).map_err(|e| cfg_err(format!("DROCE_PCAP: {e}")))?;
+                cfg.pcap = Some(PathBuf::from(p));
+            }
+        }
+        if let Ok(v) = std::env::var("DROCE_EAL") {
+            for w in v.split_whitespace() {
+                cfg.eal_args.push(template(w, rank, pid).map_err(|e| cfg_err(format!("DROCE_EAL: {e}")))?);
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Parses conf file text (format in the module docs); `rank` fills `{rank}`.
+    pub fn parse(text: &str, rank: Option<u32>) -> Result<HostConfig, HostError> {
+        let pid = std::process::id();
+        let mut vdevs: Vec<String> = Vec::new();
+        let mut allows: Vec<String> = Vec::new();
+        let mut extra: Vec<String> = Vec::new();
+        let mut neighbours = Vec::new();
+        let mut seen: Vec<(&str, usize)> = Vec::new();
+        let (mut port, mut ip, mut peer, mut mtu, mut progress) = (None, None, None, None, Progress::Manual);
+        let (mut huge, mut memory, mut lcore, mut log_level, mut faults, mut pcap) = (false, 256u32, None, "error".to_string(), None, None);
+        for (no, raw) in text.lines().enumerate() {
+            let no = no + 1;
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(cfg_err(format!("line {no}: expected `key = value`, got '{line}'")));
+            };
+            let key = key.trim();
+            let at = |m: String| cfg_err(format!("line {no}: key '{key}': {m}"));
+            let value = template(value.trim(), rank, pid).map_err(at)?;
+            if value.is_empty() {
+                return Err(at("empty value".into()));
+            }
+            let single = matches!(
+                key,
+                "port" | "ip" | "peer" | "mtu" | "progress" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap"
+            );
+            if single {
+                if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+                    return Err(at(format!("given twice (first on line {first})")));
+                }
+                // `key` borrows `text`, which outlives `seen`
+                seen.push((key, no));
+            }
+            match key {
+                "vdev" => vdevs.push(value),
+                "allow" => allows.push(value),
+                "eal" => extra.extend(value.split_whitespace().map(String::from)),
+                "port" => port = Some(value),
+                "ip" => ip = Some(value.parse::<IpAddr>().map_err(|_| at(format!("'{value}' is not an IPv4 or IPv6 address")))?),
+                "peer" => peer = Some(value.parse::<IpAddr>().map_err(|_| at(format!("'{value}' is not an IPv4 or IPv6 address")))?),
+                "neighbour" | "neighbor" => {
+                    let w: Vec<&str> = value.split_whitespace().collect();
+                    let (Some(a), Some(m), 2) = (w.first(), w.get(1), w.len()) else {
+                        return Err(at(format!("want `IP MAC`, got '{value}'")));
+                    };
+                    let a = a.parse::<IpAddr>().map_err(|_| at(format!("'{a}' is not an IP address")))?;
+                    let m = parse_mac(m).ok_or_else(|| at(format!("'{m}' is not a MAC address (aa:bb:cc:dd:ee:ff)")))?;
+                    neighbours.push((a, m));
+                }
+                "mtu" => {
+                    let m: u16 = value.parse().map_err(|_| at(format!("'{value}' is not a number")))?;
+                    if !(576..=9600).contains(&m) {
+                        return Err(at(format!("{m} outside 576..=9600")));
+                    }
+                    mtu = Some(m);
+                }
+                "progress" => progress = parse_progress(&value).ok_or_else(|| at(format!("'{value}': want manual or thread")))?,
+                "hugepages" => huge = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
+                "memory" => {
+                    memory = value.parse().ok().filter(|m| *m >= 64).ok_or_else(|| at(format!("'{value}': want a size in MB (≥ 64)")))?
+                }
+                "lcore" => lcore = Some(value.parse::<u32>().map_err(|_| at(format!("'{value}' is not a CPU number")))?),
+                "log-level" => log_level = value,
+                "faults" => faults = Some(value.parse::<FaultConfig>().map_err(|e| at(e.to_string()))?),
+                "pcap" => pcap = Some(PathBuf::from(value)),
+                _ => return Err(cfg_err(format!("line {no}: unknown key '{key}' (known: {KEYS})"))),
+            }
+        }
+        let ip = ip.ok_or_else(|| cfg_err("no `ip = ...` line: droce needs this process's RoCE address (e.g. ip = 10.78.0.{rank+1})"))?;
+        let extra_has = |names: &[&str]| extra.iter().any(|w| names.iter().any(|n| w == n || w.starts_with(&format!("{n}="))));
+        if vdevs.is_empty() && allows.is_empty() && !extra_has(&["--vdev", "-a", "--allow"]) {
+            return Err(cfg_err("no port: give `vdev = ...` (e.g. net_af_packet0,iface=droce{rank}) or `allow = <PCI address>`"));
+        }
+        let port = port.or_else(|| vdevs.first().map(|v| v.split(',').next().unwrap_or(v).to_string()));
+        let mut eal = vec!["droce".to_string()];
+        if !huge {
+            eal.extend(["--no-huge".into(), "-m".into(), memory.to_string()]);
+        }
+        if allows.is_empty() && !extra_has(&["-a", "--allow"]) {
+            eal.push("--no-pci".into());
+        }
+        let seq = PREFIX_SEQ.fetch_add(1, Ordering::Relaxed);
+        eal.extend(["--no-shconf".into(), format!("--file-prefix=droce-{pid}-{seq}"), "--no-telemetry".into(), format!("--log-level={log_level}")]);
+        if !extra_has(&["-l", "-c", "--lcores"]) {
+            let cpu = match lcore {
+                Some(c) => c,
+                None => sys::first_allowed_cpu().unwrap_or(0),
+            };
+            eal.extend(["-l".into(), cpu.to_string()]);
+        }
+        eal.extend(vdevs.iter().map(|v| format!("--vdev={v}")));
+        for a in allows {
+            eal.extend(["-a".into(), a]);
+        }
+        eal.extend(extra);
+        Ok(HostConfig {
+            eal_args: eal,
+            port,
+            ip,
+            peer,
+            neighbours,
+            eth_mtu: mtu,
+            progress,
+            faults,
+            pcap,
+            rank,
+            source: "conf text".into(),
+        })
+    }
+}
+
+/// The rank from the first of [`RANK_VARS`] that is set.
+pub fn rank_from_env() -> Result<Option<u32>, HostError> {
+    for var in RANK_VARS {
+        if let Ok(v) = std::env::var(var) {
+            let t = v.trim();
+            if t.is_empty() {
+                continue;
+            }
+            return t.parse::<u32>().map(Some).map_err(|_| cfg_err(format!("{var}='{v}' is not a rank number")));
+        }
+    }
+    Ok(None)
+}
+
+// ------------------------------------------------------------------------------ zero-config
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Server,
+    Client,
+}
+
+/// The role this process took on its zero-config link (decided once; the lock stays held).
+static DEFAULT_ROLE: OnceLock<Result<(Role, String), HostError>> = OnceLock::new();
+
+fn mac_str(m: [u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
+    let link = std::env::var("DROCE_LINK").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "default".into());
+    if link.len() > 40 || !link.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        return Err(cfg_err(format!("DROCE_LINK='{link}': use at most 40 letters, digits, '-', '_' or '.'")));
+    }
+    let (role, link) = DEFAULT_ROLE.get_or_init(|| take_role(&link).map(|r| (r, link.clone()))).clone()?;
+    let uid = sys::uid();
+    let (ip, peer, mac, peer_mac, r) = match role {
+        Role::Server => (DEFAULT_SERVER_IP, DEFAULT_CLIENT_IP, DEFAULT_SERVER_MAC, DEFAULT_CLIENT_MAC, "server"),
+        Role::Client => (DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, DEFAULT_CLIENT_MAC, DEFAULT_SERVER_MAC, "client"),
+    };
+    // abstract socket: nothing on disk, released when its process ends
+    let text = format!(
+        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
+        mac_str(mac),
+        mac_str(peer_mac)
+    );
+    let mut c = HostConfig::parse(&text, rank)?;
+    c.source = format!("embedded default (memif {r} {ip} <-> {peer}, link '{link}')");
+    Ok(c)
+}
+
+fn lock_dir() -> Result<PathBuf, HostError> {
+    let dir = PathBuf::from(format!("/tmp/droce-{}", sys::uid()));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(cfg_err(format!("zero-config default: cannot create {}: {e}", dir.display()))),
+    }
+    sys::check_private_dir(&dir).map_err(|m| cfg_err(format!("zero-config default: {}: {m}", dir.display())))?;
+    Ok(dir)
+}
+
+fn take_role(link: &str) -> Result<Role, HostError> {
+    let dir = lock_dir()?;
+    let server = dir.join(format!("{link}.server.lock"));
+    let client = dir.join(format!("{link}.client.lock"));
+    for (path, role) in [(&server, Role::Server), (&client, Role::Client)] {
+        match sys::try_lock(path) {
+            Ok(true) => return Ok(role),
+            Ok(false) => {}
+            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
+        }
+    }
+    let holder = |p: &PathBuf| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).unwrap_or_else(|| "?".into());
+    Err(cfg_err(format!(
+        "zero-config default link '{link}' already has its two processes (server pid {}, client pid {}): a third process needs DROCE_LINK=<other name> for a new pair, or DROCE_CONF (see docs/host.md)",
+        holder(&server),
+        holder(&client)
+    )))
+}
+
+// ------------------------------------------------------------------------------ Host
+
+/// Ends EAL without rte_eal_cleanup when the host is dropped (declared last in `Host`).
+#[derive(Debug)]
+struct ExitEal(Option<Eal>);
+
+impl Drop for ExitEal {
+    fn drop(&mut self) {
+        if let Some(e) = self.0.take() {
+            e.release_for_exit();
+        }
+    }
+}
+
+/// Stops and closes the port when the host is dropped (memif: left to the exit).
+#[derive(Debug)]
+struct ExitPort(Option<Port>);
+
+impl Drop for ExitPort {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = p.close_at_exit();
+        }
+    }
+}
+
+/// droce in this process: EAL, pool, port, RoCE device and CM agent (see the module docs).
+/// Fields drop in declaration order: agent, device, port, pool, EAL.
+#[derive(Debug)]
+pub struct Host {
+    cm: CmAgent,
+    dev: RoceDevice,
+    /// Held for its `Drop`.
+    _port: ExitPort,
+    port_id: PortId,
+    pool: Arc<Mempool>,
+    cfg: HostConfig,
+    /// Held for its `Drop`, after everything else.
+    _eal: ExitEal,
+}
+
+// `global()` shares a Host across threads behind a Mutex: it must be Send. Every part is
+// (mbufs, batches and pools are Send in their modules); no unsafe impl is needed here.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Host>();
+};
+
+impl Host {
+    /// Brings droce up in this process. EAL can be initialised once per process: a second
+    /// `open` (or one after a failed EAL init that got past argument parsing) fails.
+    pub fn open(cfg: HostConfig) -> Result<Host, HostError> {
+        sys::eal_log_to_stderr();
+        let saved = sys::get_affinity();
+        let res = Eal::init(&cfg.eal_args);
+        // EAL pins the calling thread to the main lcore; the application's threads (and every
+        // MPI rank on the machine) would otherwise all land on that one CPU
+        if let Some(set) = &saved {
+            sys::set_affinity(set);
+        }
+        let eal = res.map_err(|e| HostError::Eal(format!("{e} ({}; EAL args: {})", cfg.source, cfg.eal_args[1..].join(" "))))?;
+        let eal = ExitEal(Some(eal));
+        sys::remove_empty_runtime_dir();
+
+        let ids = crate::port_ids();
+        let names = || ids.iter().map(|p| crate::port_name(*p).unwrap_or_else(|_| p.0.to_string())).collect::<Vec<_>>().join(", ");
+        let id = match &cfg.port {
+            Some(n) => crate::port_by_name(n).ok_or_else(|| HostError::Port(format!("no port named '{n}' (ports: {}) ({})", names(), cfg.source)))?,
+            None => *ids.first().ok_or_else(|| HostError::Port(format!("EAL found no port ({}): give a vdev or a PCI allowlist entry", cfg.source)))?,
+        };
+        let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
+        let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
+        let n = if jumbo { 8191 } else { 16383 };
+        let pool = Arc::new(
+            Mempool::create("droce_host", &MempoolConfig { n, data_room, ..Default::default() })
+                .map_err(|e| HostError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise `memory` in the conf)")))?,
+        );
+        let mut port = Port::new(id).map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let memif = info.driver_name == "net_memif";
+        let mut pc = PortConfig::new().rx_desc(1024).tx_desc(1024).checksum_offload(true);
+        if let Some(m) = cfg.eth_mtu {
+            // net_memif refuses a configured MTU above 1500 but carries any frame length:
+            // the device's eth_mtu alone sets the path MTU there
+            if !memif && m >= info.min_mtu && m <= info.max_mtu {
+                pc = pc.mtu(m);
+            }
+        }
+        let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
+        let configured = port.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{pname}: configure: {e}")))?;
+        let client = memif && cfg.eal_args.iter().any(|a| a.starts_with("--vdev=") && a.contains("role=client"));
+        let t0 = Instant::now();
+        loop {
+            match port.start() {
+                Ok(()) => break,
+                // a memif client fails to start while its server is not there yet
+                Err(e) if client && t0.elapsed() < CLIENT_CONNECT_TIMEOUT => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => {
+                    let hint = if client { format!(" (no memif server within {CLIENT_CONNECT_TIMEOUT:?})") } else { String::new() };
+                    return Err(HostError::Port(format!("{pname}: start: {e}{hint}")));
+                }
+            }
+        }
+        if client {
+            // the handshake follows the connect: let the first sends find the link up
+            while t0.elapsed() < CLIENT_CONNECT_TIMEOUT && !port.link().map(|l| l.up).unwrap_or(false) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let mut rc = RoceConfig::new(id, QueueId(0));
+        match cfg.ip {
+            IpAddr::V4(a) => rc.ipv4 = vec![a],
+            IpAddr::V6(a) => rc.ipv6 = vec![a],
+        }
+        rc.eth_mtu = cfg.eth_mtu.map(u32::from);
+        rc.seed = seed();
+        rc.neighbours = cfg.neighbours.clone();
+        rc.pcap = cfg.pcap.clone();
+        rc.faults = cfg.faults;
+        rc.rx_burst = 64;
+        rc.tx_burst = 64;
+        rc.checksum_offload = true;
+        let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| HostError::Device(format!("RoCE device on {pname}: {e}")))?;
+        let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
+            .map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
+        Ok(Host { cm, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal })
+    }
+
+    pub fn dev(&mut self) -> &mut RoceDevice {
+        &mut self.dev
+    }
+
+    pub fn cm(&mut self) -> &mut CmAgent {
+        &mut self.cm
+    }
+
+    /// The CM agent and the device together (agent calls take the device).
+    pub fn cm_and_dev(&mut self) -> (&mut CmAgent, &mut RoceDevice) {
+        (&mut self.cm, &mut self.dev)
+    }
+
+    /// One round: device poll (RX burst, timers, TX) and CM agent poll. True if anything
+    /// happened.
+    pub fn progress(&mut self) -> bool {
+        let w = self.dev.poll();
+        let c = self.cm.poll(&mut self.dev);
+        !w.is_idle() || c
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+
+    pub fn local_ip(&self) -> IpAddr {
+        self.cfg.ip
+    }
+
+    /// GID index of [`Host::local_ip`] (1: index 0 is the link-local GID, like rxe).
+    pub fn local_gid_index(&self) -> u8 {
+        let g = match self.cfg.ip {
+            IpAddr::V4(a) => droce_transport::Gid::from_ipv4(a),
+            IpAddr::V6(a) => droce_transport::Gid::from_ipv6(a),
+        };
+        self.dev.gid_index(&g).unwrap_or(1)
+    }
+
+    pub fn port_id(&self) -> PortId {
+        self.port_id
+    }
+
+    pub fn pool(&self) -> &Arc<Mempool> {
+        &self.pool
+    }
+
+    /// As a source, loopback (127.0.0.0/8, ::1, ::ffff:127.x) and unspecified addresses mean
+    /// this process's address; any other address is returned unchanged.
+    pub fn resolve_src(&self, ip: IpAddr) -> IpAddr {
+        if is_loopback(ip) || ip.is_unspecified() {
+            self.cfg.ip
+        } else {
+            ip
+        }
+    }
+
+    /// As a destination, loopback means `peer` (the other end of the default link), or this
+    /// process's own address when there is no peer; any other address is returned unchanged.
+    pub fn resolve_dst(&self, ip: IpAddr) -> IpAddr {
+        if is_loopback(ip) {
+            self.cfg.peer.unwrap_or(self.cfg.ip)
+        } else {
+            ip
+        }
+    }
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().map(|v| v.is_loopback()).unwrap_or(false),
+    }
+}
+
+fn seed() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+    t ^ (std::process::id() as u64).rotate_left(32) ^ 0x9E37_79B9_7F4A_7C15
+}
+
+// ------------------------------------------------------------------------------ global
+
+static GLOBAL: OnceLock<Result<&'static Mutex<Host>, HostError>> = OnceLock::new();
+
+/// The process-wide host: opened from [`HostConfig::from_env`] on first use, never closed.
+/// Errors are sticky (every caller gets the first error). With [`Progress::Thread`] a background
+/// thread ("droce-progress") locks the mutex and progresses, sleeping briefly when idle.
+pub fn global() -> Result<&'static Mutex<Host>, HostError> {
+    GLOBAL
+        .get_or_init(|| {
+            let cfg = HostConfig::from_env()?;
+            let thread = cfg.progress == Progress::Thread;
+            let host = Host::open(cfg)?;
+            let m: &'static Mutex<Host> = Box::leak(Box::new(Mutex::new(host)));
+            if thread {
+                std::thread::Builder::new()
+                    .name("droce-progress".into())
+                    .spawn(move || progress_loop(m))
+                    .map_err(|e| HostError::Device(format!("progress thread: {e}")))?;
+            }
+            Ok(m)
+        })
+        .clone()
+}
+
+/// [`global`] locked; a poisoned lock (a panic while it was held) is taken over.
+pub fn lock_global() -> Result<MutexGuard<'static, Host>, HostError> {
+    Ok(global()?.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+fn progress_loop(m: &'static Mutex<Host>) {
+    let mut idle = 0u32;
+    loop {
+        let busy = m.lock().unwrap_or_else(PoisonError::into_inner).progress();
+        if busy {
+            idle = 0;
+            // let application threads waiting for the lock in
+            std::thread::yield_now();
+        } else {
+            idle = idle.saturating_add(1);
+            if idle < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------ OS helpers
+
+#[allow(unsafe_code)]
+mod sys {
+    use std::ffi::c_int;
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::io::AsRawFd;
+    use std::path::Path;
+
+    extern "C" {
+        // lib/log in DPDK 22.11 (librte_eal), not in dpdk-sys's bindgen allowlist
+        fn rte_openlog_stream(f: *mut libc::FILE) -> c_int;
+    }
+
+    pub fn uid() -> u32 {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        unsafe { libc::getuid() }
+    }
+
+    /// Sends EAL's log lines to stderr (DPDK 22.11 writes them to stdout, which is the
+    /// application's output).
+    pub fn eal_log_to_stderr() {
+        // SAFETY: dup of fd 2 and fdopen on the new fd; the FILE is handed to DPDK for the rest
+        // of the process and never closed. A failure leaves DPDK's default stream.
+        unsafe {
+            let fd = libc::dup(2);
+            if fd < 0 {
+                return;
+            }
+            let f = libc::fdopen(fd, c"w".as_ptr());
+            if f.is_null() {
+                libc::close(fd);
+                return;
+            }
+            rte_openlog_stream(f);
+        }
+    }
+
+    pub fn get_affinity() -> Option<libc::cpu_set_t> {
+        // SAFETY: cpu_set_t is plain data (all-zero is a valid empty set); the call writes at
+        // most size_of::<cpu_set_t>() bytes into it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0).then_some(set)
+        }
+    }
+
+    pub fn set_affinity(set: &libc::cpu_set_t) {
+        // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 = the calling thread.
+        unsafe {
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set);
+        }
+    }
+
+    pub fn first_allowed_cpu() -> Option<u32> {
+        let set = get_affinity()?;
+        // SAFETY: CPU_ISSET reads the set within CPU_SETSIZE.
+        (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) }).map(|c| c as u32)
+    }
+
+    /// With --no-shconf EAL puts nothing in its runtime directory but creates it; the global
+    /// host never ends EAL, so remove the empty directory now instead of leaving one per process.
+    pub fn remove_empty_runtime_dir() {
+        // SAFETY: EAL is initialised; the returned string is owned by EAL and copied at once.
+        let dir = unsafe {
+            let p = crate::sys::rte_eal_get_runtime_dir();
+            if p.is_null() {
+                return;
+            }
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        };
+        let _ = std::fs::remove_dir(dir);
+    }
+
+    /// The lock directory must be a real directory owned by us and not writable by others.
+    pub fn check_private_dir(dir: &Path) -> Result<(), String> {
+        let md = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+        if !md.is_dir() {
+            return Err("not a directory".into());
+        }
+        if md.uid() != uid() {
+            return Err(format!("owned by uid {}, not by this user ({})", md.uid(), uid()));
+        }
+        if md.mode() & 0o022 != 0 {
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Takes an exclusive flock on `path` (created if missing) without waiting: Ok(true) when
+    /// taken (the file then holds our pid and stays open, locked, for the life of the process),
+    /// Ok(false) when another process holds it.
+    pub fn try_lock(path: &Path) -> std::io::Result<bool> {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)?;
+        // SAFETY: flock on a file descriptor we own.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(e) };
+        }
+        f.set_len(0)?;
+        let _ = writeln!(f, "{}", std::process::id());
+        // the lock lives as long as the open file description: keep it for the process
+        std::mem::forget(f);
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str, rank: Option<u32>) -> Result<HostConfig, HostError> {
+        HostConfig::parse(text, rank)
+    }
+
+    fn eal_has(c: &HostConfig, w: &str) -> bool {
+        c.eal_args.iter().any(|a| a == w)
+    }
+
+    #[test]
+    fn ranks_conf_templating() {
+        let text = "# comment\nvdev = net_af_packet0,iface=droce{rank}  # inline\nip = 10.78.0.{rank+1}\nprogress = thread\n";
+        let c = p(text, Some(3)).unwrap();
+        assert_eq!(c.ip, "10.78.0.4".parse::<IpAddr>().unwrap());
+        assert_eq!(c.port.as_deref(), Some("net_af_packet0"));
+        assert!(eal_has(&c, "--vdev=net_af_packet0,iface=droce3"), "{:?}", c.eal_args);
+        assert_eq!(c.eal_args[0], "droce");
+        for w in ["--no-huge", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=error", "-l"] {
+            assert!(eal_has(&c, w), "{w} in {:?}", c.eal_args);
+        }
+        assert!(c.eal_args.iter().any(|a| a.starts_with(&format!("--file-prefix=droce-{}-", std::process::id()))));
+        assert_eq!(c.progress, Progress::Thread);
+        assert_eq!(c.rank, Some(3));
+        let c0 = p(text, Some(0)).unwrap();
+        assert_eq!(c0.ip, "10.78.0.1".parse::<IpAddr>().unwrap());
+        assert_ne!(c.eal_args, c0.eal_args);
+    }
+
+    #[test]
+    fn every_key() {
+        let text = "vdev = net_memif0,role=server\nvdev=net_ring0\nallow = 0000:01:00.0\nport = net_ring0\nip = fd00::{rank}\n\
+                    peer = fd00::9\nneighbour = fd00::9 02:00:00:00:00:09\nneighbor = 10.0.0.1 2:0:0:0:0:a\nmtu = 9000\n\
+                    hugepages = yes\nlcore = 1\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
+                    eal = --in-memory  -n 4\n";
+        let c = p(text, Some(7)).unwrap();
+        assert_eq!(c.ip, "fd00::7".parse::<IpAddr>().unwrap());
+        assert_eq!(c.peer, Some("fd00::9".parse().unwrap()));
+        assert_eq!(c.port.as_deref(), Some("net_ring0"));
+        assert_eq!(c.neighbours.len(), 2);
+        assert_eq!(c.neighbours[1].1, [2, 0, 0, 0, 0, 0xa]);
+        assert_eq!(c.eth_mtu, Some(9000));
+        assert!(c.faults.unwrap().rx.drop == 0.5 && c.faults.unwrap().seed == 3);
+        assert_eq!(c.pcap, Some(PathBuf::from(format!("/tmp/x{}.pcap", std::process::id()))));
+        assert!(!eal_has(&c, "--no-huge") && !eal_has(&c, "--no-pci"));
+        let s = c.eal_args.join(" ");
+        assert!(s.contains("-l 1 --vdev=net_memif0,role=server --vdev=net_ring0 -a 0000:01:00.0 --in-memory -n 4"), "{s}");
+        assert!(s.contains("--log-level=lib.eal:debug"));
+        let c = p("vdev = net_ring0\nip = 1.2.3.4\nmemory = 128\neal = --lcores=0@1\n", None).unwrap();
+        let s = c.eal_args.join(" ");
+        assert!(s.contains("--no-huge -m 128 --no-pci") && !s.contains(" -l "), "{s}");
+    }
+
+    fn err(text: &str, rank: Option<u32>) -> String {
+        let e = p(text, rank).unwrap_err();
+        assert!(matches!(e, HostError::Config(_)));
+        let s = e.to_string();
+        assert!(!s.contains('\n'), "one line: {s}");
+        s
+    }
+
+    #[test]
+    fn clear_errors() {
+        let s = err("vdev = net_ring0\nip = 10.0.0.{rank}\n", None);
+        assert!(s.contains("line 2") && s.contains("'ip'") && s.contains("DROCE_RANK"), "{s}");
+        let s = err("vdev = net_ring0\nip = 10.0.0.1\nfoo = 3\n", None);
+        assert!(s.contains("line 3") && s.contains("unknown key 'foo'"), "{s}");
+        let s = err("vdev = net_ring0\nip = 10.0.0.300\n", None);
+        assert!(s.contains("line 2") && s.contains("not an IPv4 or IPv6"), "{s}");
+        let s = err("vdev = net_ring0\nip = 10.0.0.1\nip = 10.0.0.2\n", None);
+        assert!(s.contains("line 3") && s.contains("given twice (first on line 2)"), "{s}");
+        let s = err("vdev = net_ring0\n", None);
+        assert!(s.contains("no `ip = ...`"), "{s}");
+        let s = err("ip = 10.0.0.1\n", None);
+        assert!(s.contains("no port"), "{s}");
+        let s = err("vdev = net_ring0\nip = 10.0.0.1\njust words\n", None);
+        assert!(s.contains("line 3") && s.contains("key = value"), "{s}");
+        let s = err("vdev = x{rank+z}\nip = 10.0.0.1\n", Some(1));
+        assert!(s.contains("line 1") && s.contains("rank+z"), "{s}");
+        let s = err("vdev = x{host}\nip = 10.0.0.1\n", Some(1));
+        assert!(s.contains("unknown placeholder '{host}'"), "{s}");
+        let s = err("vdev = x\nip = 10.0.0.1\nneighbour = 10.0.0.2 zz:00:00:00:00:00\n", None);
+        assert!(s.contains("line 3") && s.contains("MAC"), "{s}");
+        let s = err("vdev = x\nip = 10.0.0.1\nprogress = sometimes\n", None);
+        assert!(s.contains("line 3") && s.contains("manual or thread"), "{s}");
+        let s = err("vdev = x\nip = 10.0.0.1\nfaults = rx:explode=1\n", None);
+        assert!(s.contains("line 3") && s.contains("'faults'"), "{s}");
+        let s = err("vdev = x\nip = 10.0.0.1\nmtu = 100000\n", None);
+        assert!(s.contains("line 3"), "{s}");
+    }
+
+    #[test]
+    fn template_forms() {
+        assert_eq!(template("a{rank}b{rank+10}c{ rank + 2 }", Some(5), 9).unwrap(), "a5b15c7");
+        assert_eq!(template("p{pid}", None, 42).unwrap(), "p42");
+        assert!(template("x{rank", Some(1), 1).is_err());
+        assert_eq!(template("plain", None, 1).unwrap(), "plain");
+    }
+
+    #[test]
+    fn loopback_aliases() {
+        let is_lb = |s: &str| is_loopback(s.parse().unwrap());
+        assert!(is_lb("127.0.0.1") && is_lb("127.1.2.3") && is_lb("::1") && is_lb("::ffff:127.0.0.1"));
+        assert!(!is_lb("10.77.0.1") && !is_lb("::ffff:10.0.0.1") && !is_lb("fd00::1"));
+    }
+
+    #[test]
+    fn shipped_confs_parse() {
+        for (f, rank) in [("ranks.conf", Some(2)), ("real-nic-lib.conf", Some(0))] {
+            let path = format!("{}/../conf/{f}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let c = p(&text, rank).unwrap_or_else(|e| panic!("{f}: {e}"));
+            if f == "ranks.conf" {
+                assert_eq!(c.ip, "10.78.0.3".parse::<IpAddr>().unwrap());
+                assert!(eal_has(&c, "--vdev=net_af_packet0,iface=droce2"), "{:?}", c.eal_args);
+            } else {
+                assert!(!eal_has(&c, "--no-huge") && eal_has(&c, "-a"), "{:?}", c.eal_args);
+            }
+        }
+    }
+}
