@@ -39,8 +39,8 @@
 //! server with 10.77.0.1, the next one takes `<link>.client.lock` and is the client with
 //! 10.77.0.2; each has the other as `peer` and a static neighbour entry (fixed MACs). The memif
 //! control socket is an abstract socket (`@droce-<uid>-<link>`): nothing on disk, gone with its
-//! process, so stale state is harmless and start order does not matter (a client retries its
-//! connect for [`CLIENT_CONNECT_TIMEOUT`]). A third process on the same link gets
+//! process, so stale state is harmless and start order does not matter (a client waits up to
+//! [`CLIENT_CONNECT_TIMEOUT`] for its server to listen). A third process on the same link gets
 //! `HostError::Config` naming both holders' pids; a client whose server exits does not reconnect.
 //!
 //! # Exit
@@ -103,6 +103,20 @@ pub struct HostConfig {
     pub rank: Option<u32>,
     /// Where this config came from, for messages: "DROCE_CONF=/x.conf rank 3", ...
     pub source: String,
+    /// Set for the zero-config default: this process's end of the memif pair.
+    pub link: Option<DefaultLink>,
+}
+
+/// This process's end of the zero-config memif pair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultLink {
+    /// `DROCE_LINK` or "default".
+    pub name: String,
+    pub server: bool,
+    /// The server's lock file: it holds "<pid>" once taken, "<pid> ready" once its port is
+    /// started (a memif client connecting to a server whose port is not started yet never
+    /// gets its link up in DPDK 22.11, so the client waits for this).
+    pub server_lock: PathBuf,
 }
 
 /// Why the host could not be brought up. `Display` is one line saying what to fix.
@@ -357,6 +371,7 @@ impl HostConfig {
             pcap,
             rank,
             source: "conf text".into(),
+            link: None,
         })
     }
 }
@@ -381,6 +396,27 @@ pub fn rank_from_env() -> Result<Option<u32>, HostError> {
 enum Role {
     Server,
     Client,
+}
+
+/// The server's lock file, held for the life of the process ("<pid> ready" is written into it).
+static SERVER_LOCK: Mutex<Option<std::fs::File>> = Mutex::new(None);
+
+/// Marks this default-link server's port as started (see [`DefaultLink::server_lock`]).
+fn mark_server_ready() {
+    use std::io::{Seek, Write};
+    if let Some(f) = SERVER_LOCK.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        let _ = f.set_len(0).and_then(|_| f.rewind()).and_then(|_| writeln!(f, "{} ready", std::process::id()));
+    }
+}
+
+/// Whether the default-link server named in `lock` has started its port and is alive.
+fn server_ready(lock: &std::path::Path) -> bool {
+    let Ok(t) = std::fs::read_to_string(lock) else { return false };
+    let mut w = t.split_whitespace();
+    match (w.next().and_then(|p| p.parse::<u32>().ok()), w.next()) {
+        (Some(pid), Some("ready")) => std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        _ => false,
+    }
 }
 
 /// The role this process took on its zero-config link (decided once; the lock stays held).
@@ -409,6 +445,7 @@ fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
     );
     let mut c = HostConfig::parse(&text, rank)?;
     c.source = format!("embedded default (memif {r} {ip} <-> {peer}, link '{link}')");
+    c.link = Some(DefaultLink { server: role == Role::Server, server_lock: lock_dir()?.join(format!("{link}.server.lock")), name: link });
     Ok(c)
 }
 
@@ -429,8 +466,16 @@ fn take_role(link: &str) -> Result<Role, HostError> {
     let client = dir.join(format!("{link}.client.lock"));
     for (path, role) in [(&server, Role::Server), (&client, Role::Client)] {
         match sys::try_lock(path) {
-            Ok(true) => return Ok(role),
-            Ok(false) => {}
+            Ok(Some(f)) => {
+                if role == Role::Server {
+                    *SERVER_LOCK.lock().unwrap_or_else(PoisonError::into_inner) = Some(f);
+                } else {
+                    // the lock lives as long as the open file description: keep it
+                    std::mem::forget(f);
+                }
+                return Ok(role);
+            }
+            Ok(None) => {}
             Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
         }
     }
@@ -532,23 +577,42 @@ impl Host {
         }
         let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
         let configured = port.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{pname}: configure: {e}")))?;
-        let client = memif && cfg.eal_args.iter().any(|a| a.starts_with("--vdev=") && a.contains("role=client"));
+        let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
         let t0 = Instant::now();
-        loop {
-            match port.start() {
-                Ok(()) => break,
-                // a memif client fails to start while its server is not there yet
-                Err(e) if client && t0.elapsed() < CLIENT_CONNECT_TIMEOUT => {
-                    let _ = e;
-                    std::thread::sleep(Duration::from_millis(50));
+        if let Some(l) = cfg.link.as_ref().filter(|l| !l.server) {
+            while !server_ready(&l.server_lock) {
+                if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
+                    return Err(HostError::Port(format!(
+                        "{pname}: the zero-config server ({}) did not start its port within {CLIENT_CONNECT_TIMEOUT:?} ({})",
+                        l.server_lock.display(),
+                        cfg.source
+                    )));
                 }
-                Err(e) => {
-                    let hint = if client { format!(" (no memif server within {CLIENT_CONNECT_TIMEOUT:?})") } else { String::new() };
-                    return Err(HostError::Port(format!("{pname}: start: {e}{hint}")));
-                }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
-        if client {
+        if let Some(sock) = &client_sock {
+            // a memif client's start fails while its server is not listening, and in DPDK 22.11 a
+            // port whose start failed does not come up on a later start: wait for the listener
+            while !sock.listening() {
+                if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
+                    return Err(HostError::Port(format!(
+                        "{pname}: no memif server listening on {} within {CLIENT_CONNECT_TIMEOUT:?} ({})",
+                        sock.describe(),
+                        cfg.source
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        port.start().map_err(|e| {
+            let hint = if client_sock.is_some() { " (is the memif server running?)" } else { "" };
+            HostError::Port(format!("{pname}: start: {e}{hint}"))
+        })?;
+        if cfg.link.as_ref().map(|l| l.server).unwrap_or(false) {
+            mark_server_ready();
+        }
+        if client_sock.is_some() {
             // the handshake follows the connect: let the first sends find the link up
             while t0.elapsed() < CLIENT_CONNECT_TIMEOUT && !port.link().map(|l| l.up).unwrap_or(false) {
                 std::thread::sleep(Duration::from_millis(5));
@@ -638,6 +702,53 @@ impl Host {
             ip
         }
     }
+}
+
+/// The control socket a memif client port connects to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MemifSocket {
+    path: String,
+    abstract_: bool,
+}
+
+impl MemifSocket {
+    fn describe(&self) -> String {
+        if self.abstract_ {
+            format!("abstract socket @{}", self.path)
+        } else {
+            self.path.clone()
+        }
+    }
+
+    /// Whether a server listens there (abstract: /proc/net/unix of this network namespace;
+    /// a path: the socket file exists).
+    fn listening(&self) -> bool {
+        if !self.abstract_ {
+            return std::path::Path::new(&self.path).exists();
+        }
+        let want = format!("@{}", self.path);
+        let Ok(t) = std::fs::read_to_string("/proc/net/unix") else { return true };
+        t.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Num RefCount Protocol Flags Type St Inode Path; Flags 00010000 = listening
+            f.len() >= 8 && f[3] == "00010000" && f[7] == want
+        })
+    }
+}
+
+/// The socket of `--vdev=<port>,role=client,...` among the EAL args (DPDK 22.11 defaults:
+/// /run/memif.sock, abstract).
+fn memif_client_socket(eal_args: &[String], port: &str) -> Option<MemifSocket> {
+    let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port))?;
+    let kv: Vec<(&str, &str)> = v.split(',').skip(1).filter_map(|p| p.split_once('=')).collect();
+    let get = |k: &str| kv.iter().find(|(a, _)| *a == k).map(|(_, b)| *b);
+    if get("role") != Some("client") {
+        return None;
+    }
+    Some(MemifSocket {
+        path: get("socket").unwrap_or("/run/memif.sock").to_string(),
+        abstract_: get("socket-abstract").map(|a| a != "no").unwrap_or(true),
+    })
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -791,10 +902,10 @@ mod sys {
         Ok(())
     }
 
-    /// Takes an exclusive flock on `path` (created if missing) without waiting: Ok(true) when
-    /// taken (the file then holds our pid and stays open, locked, for the life of the process),
-    /// Ok(false) when another process holds it.
-    pub fn try_lock(path: &Path) -> std::io::Result<bool> {
+    /// Takes an exclusive flock on `path` (created if missing) without waiting: the open file
+    /// when taken (it then holds our pid; the lock lasts as long as the file stays open),
+    /// Ok(None) when another process holds it.
+    pub fn try_lock(path: &Path) -> std::io::Result<Option<std::fs::File>> {
         let mut f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -807,13 +918,11 @@ mod sys {
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if r != 0 {
             let e = std::io::Error::last_os_error();
-            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(e) };
+            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(None) } else { Err(e) };
         }
         f.set_len(0)?;
         let _ = writeln!(f, "{}", std::process::id());
-        // the lock lives as long as the open file description: keep it for the process
-        std::mem::forget(f);
-        Ok(true)
+        Ok(Some(f))
     }
 }
 
@@ -908,6 +1017,16 @@ mod tests {
         assert!(s.contains("line 3") && s.contains("'faults'"), "{s}");
         let s = err("vdev = x\nip = 10.0.0.1\nmtu = 100000\n", None);
         assert!(s.contains("line 3"), "{s}");
+    }
+
+    #[test]
+    fn memif_client_socket_from_args() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let args = a(&["droce", "--vdev=net_memif0,role=client,socket=/x/y.sock,socket-abstract=no", "--vdev=net_memif1,role=client"]);
+        assert_eq!(memif_client_socket(&args, "net_memif0"), Some(MemifSocket { path: "/x/y.sock".into(), abstract_: false }));
+        assert_eq!(memif_client_socket(&args, "net_memif1"), Some(MemifSocket { path: "/run/memif.sock".into(), abstract_: true }));
+        assert_eq!(memif_client_socket(&a(&["--vdev=net_memif0,role=server"]), "net_memif0"), None);
+        assert!(!MemifSocket { path: format!("/droce-none-{}", std::process::id()), abstract_: true }.listening());
     }
 
     #[test]
