@@ -107,7 +107,7 @@ impl App {
     }
 }
 
-fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), String> {
+pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), String> {
     let g = host::global().map_err(|e| e.to_string())?;
     let mut h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = h.local_ip();

@@ -541,7 +541,9 @@ impl Host {
     pub fn open(cfg: HostConfig) -> Result<Host, HostError> {
         sys::eal_log_to_stderr();
         let saved = sys::get_affinity();
-        let res = Eal::init(&cfg.eal_args);
+        // rte_eal_init prints its usage text to stdout on a bad argument: the application's
+        // output (fi_pingpong, MPI programs) must not get it
+        let res = sys::stdout_to_stderr(|| Eal::init(&cfg.eal_args));
         // EAL pins the calling thread to the main lcore; the application's threads (and every
         // MPI rank on the machine) would otherwise all land on that one CPU
         if let Some(set) = &saved {
@@ -849,6 +851,33 @@ mod sys {
             }
             rte_openlog_stream(f);
         }
+    }
+
+    /// Runs `f` with file descriptor 1 pointing at stderr (C stdio flushed before and after).
+    pub fn stdout_to_stderr<T>(f: impl FnOnce() -> T) -> T {
+        let _ = std::io::stdout().flush();
+        // SAFETY: plain fd calls on fds 1 and 2 and a dup we own and close; fflush(NULL)
+        // flushes every C stream. If the dup fails nothing is redirected.
+        let saved = unsafe {
+            libc::fflush(std::ptr::null_mut());
+            let saved = libc::dup(1);
+            if saved >= 0 && libc::dup2(2, 1) < 0 {
+                libc::close(saved);
+                -1
+            } else {
+                saved
+            }
+        };
+        let r = f();
+        if saved >= 0 {
+            // SAFETY: as above; `saved` is our dup of the original fd 1.
+            unsafe {
+                libc::fflush(std::ptr::null_mut());
+                libc::dup2(saved, 1);
+                libc::close(saved);
+            }
+        }
+        r
     }
 
     pub fn get_affinity() -> Option<libc::cpu_set_t> {

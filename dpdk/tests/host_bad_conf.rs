@@ -1,0 +1,87 @@
+//! A bad DROCE_CONF gives one clear line naming the file, the line and the key, and the
+//! global host keeps returning that same error (sticky); a bad EAL argument from the conf is
+//! one line too.
+
+use droce_dpdk::host::{self, Host, HostConfig, HostError};
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn child() {
+    // re-run by the main test to see what the process writes to stdout
+    if std::env::var("HOST_BAD_EAL_CHILD").is_err() {
+        return;
+    }
+    let cfg = HostConfig::from_env().unwrap();
+    let e = Host::open(cfg).unwrap_err();
+    let s = e.to_string();
+    assert!(matches!(e, HostError::Eal(_)) && !s.contains('\n') && s.contains("--no-such-eal-option"), "{s}");
+    println!("CHILD-OK");
+}
+
+#[test]
+fn bad_conf_is_one_clear_sticky_error() {
+    let dir = std::env::temp_dir().join(format!("droce-host-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for v in ["DROCE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "DROCE_PROGRESS", "DROCE_EAL", "DROCE_LINK"] {
+        std::env::remove_var(v);
+    }
+    let cases = [
+        ("rank.conf", "vdev = net_ring0\nip = 10.0.0.{rank+1}\n", &["line 2", "key 'ip'", "DROCE_RANK"][..]),
+        ("key.conf", "vdev = net_ring0\nip = 10.0.0.1\nmtu = 1500\nspeed = fast\n", &["line 4", "unknown key 'speed'"][..]),
+        ("ip.conf", "# x\n\nvdev = net_ring0\nip = 10.0.0.256\n", &["line 4", "key 'ip'", "'10.0.0.256'"][..]),
+        ("noport.conf", "ip = 10.0.0.1\n", &["no port"][..]),
+    ];
+    for (name, text, want) in cases {
+        let path = write(&dir, name, text);
+        std::env::set_var("DROCE_CONF", &path);
+        let e = HostConfig::from_env().unwrap_err();
+        let s = e.to_string();
+        assert!(matches!(e, HostError::Config(_)), "{s}");
+        assert!(!s.contains('\n'), "one line: {s}");
+        assert!(s.starts_with(&format!("droce config: DROCE_CONF={path}: ")), "{s}");
+        for w in want {
+            assert!(s.contains(w), "'{w}' in: {s}");
+        }
+    }
+    std::env::set_var("DROCE_CONF", dir.join("missing.conf"));
+    let s = HostConfig::from_env().unwrap_err().to_string();
+    assert!(s.contains("missing.conf: cannot read the file") && !s.contains('\n'), "{s}");
+    std::env::set_var("DROCE_CONF", write(&dir, "ok.conf", "vdev = net_ring0\nip = 10.0.0.1\n"));
+    std::env::set_var("PMIX_RANK", "three");
+    let s = HostConfig::from_env().unwrap_err().to_string();
+    assert!(s.contains("PMIX_RANK='three' is not a rank number"), "{s}");
+    std::env::remove_var("PMIX_RANK");
+    std::env::set_var("DROCE_PROGRESS", "sometimes");
+    assert!(HostConfig::from_env().unwrap_err().to_string().contains("DROCE_PROGRESS='sometimes'"));
+    std::env::remove_var("DROCE_PROGRESS");
+
+    // a conf whose EAL argument EAL rejects: one line from Host::open, and EAL's usage text
+    // goes to stderr, not to the application's stdout (checked in a child process)
+    let eal_conf = write(&dir, "eal.conf", "vdev = net_ring0\nip = 10.0.0.1\neal = --no-such-eal-option\n");
+    let o = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("HOST_BAD_EAL_CHILD", "1")
+        .env("DROCE_CONF", &eal_conf)
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && out.contains("CHILD-OK"), "child: {out} {err}");
+    assert!(!out.contains("EAL") && !out.contains("Usage"), "EAL text on stdout: {out}");
+    assert!(err.contains("Usage"), "EAL's usage text on stderr: {err}");
+
+    // global(): the first error sticks, even after the environment is fixed
+    let bad = write(&dir, "key.conf", "vdev = net_ring0\nip = 10.0.0.1\nspeed = fast\n");
+    std::env::set_var("DROCE_CONF", &bad);
+    let e1 = host::global().unwrap_err();
+    std::env::set_var("DROCE_CONF", dir.join("ok.conf"));
+    let e2 = host::global().unwrap_err();
+    assert_eq!(e1, e2);
+    assert!(e1.to_string().contains("unknown key 'speed'"));
+    assert!(host::lock_global().is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}

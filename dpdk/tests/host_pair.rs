@@ -1,0 +1,66 @@
+//! Zero-config default: two processes with no configuration find their roles through the
+//! lock files (server 10.77.0.1, client 10.77.0.2), connect over memif and exchange RC
+//! messages through IB CM; a third process on the same link gets one clear error. Manual and
+//! thread progress.
+
+mod host_util;
+
+use host_util::*;
+use std::time::Duration;
+
+#[test]
+fn child() {
+    child_main();
+}
+
+fn pair(progress: &str, hold_ms: u32) {
+    let link = format!("test-{}-{progress}", std::process::id());
+    let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        let mut v: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone()), ("DROCE_PROGRESS", progress.to_string()), ("HOST_TEST_HOLD_MS", hold_ms.to_string())];
+        v.extend(extra.iter().cloned());
+        v
+    };
+    // started together: the flock decides, not the timing
+    let a = spawn(&env(&[]));
+    let b = spawn(&env(&[]));
+    let both_done = wait_until(Duration::from_secs(45), || a.has_line(|l| l.starts_with("done:")) && b.has_line(|l| l.starts_with("done:")));
+    let third = if both_done && hold_ms > 0 {
+        // both ends still hold their locks: a third process must get a clear error at once
+        Some(spawn(&env(&[("HOST_TEST_HOLD_MS", "0".into())])).finish(Duration::from_secs(20)))
+    } else {
+        None
+    };
+    let ra = a.finish(Duration::from_secs(20));
+    let rb = b.finish(Duration::from_secs(20));
+    let role = |r: &(Option<i32>, Vec<String>, String)| {
+        r.1.iter().find(|l| l.starts_with("role ")).cloned().unwrap_or_else(|| panic!("no role line: {:?} {}", r.1, r.2))
+    };
+    let (sa, sb) = (role(&ra), role(&rb));
+    let server_first = sa.contains("memif server 10.77.0.1");
+    let (server, client) = if server_first { (&ra, &rb) } else { (&rb, &ra) };
+    assert!(role(server).contains("memif server 10.77.0.1 <-> 10.77.0.2") && role(server).contains(&format!("link '{link}'")), "{sa} / {sb}");
+    assert!(role(client).contains("memif client 10.77.0.2 <-> 10.77.0.1"), "{sa} / {sb}");
+    check_end("server", server, "10.77.0.1", &["10.77.0.2"]);
+    check_end("client", client, "10.77.0.2", &["10.77.0.1"]);
+    if let Some((code, out, err)) = third {
+        assert_eq!(code, Some(2), "third process: {out:?} {err}");
+        let line = err.lines().find(|l| l.contains("droce")).unwrap_or_else(|| panic!("third process stderr: {err}"));
+        assert!(
+            line.contains(&format!("zero-config default link '{link}' already has its two processes")) && line.contains("DROCE_LINK"),
+            "{line}"
+        );
+        assert_eq!(err.lines().filter(|l| l.contains("droce")).count(), 1, "one line: {err}");
+    } else if hold_ms > 0 {
+        panic!("the pair did not finish: {:?} {:?}", ra.1, rb.1);
+    }
+}
+
+#[test]
+fn zero_config_pair_manual_progress_and_third_process() {
+    pair("manual", 4000);
+}
+
+#[test]
+fn zero_config_pair_thread_progress() {
+    pair("thread", 0);
+}

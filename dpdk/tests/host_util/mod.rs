@@ -1,0 +1,148 @@
+//! The host tests run `examples/host_pair.rs` in child processes: the test binary re-runs
+//! itself with `HOST_TEST_CHILD` set, and the `child` test then opens the global host from the
+//! environment it was given (EAL inits once per process, so every end is its own process).
+
+#![allow(dead_code)]
+
+#[path = "../../examples/host_pair.rs"]
+#[allow(dead_code)]
+mod example;
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::IpAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const CHILD: &str = "HOST_TEST_CHILD";
+
+/// Body of the `child` test: does nothing unless this process is a spawned child. Prints the
+/// CPU count it may run on before and after the host opened (EAL pins the caller: the host
+/// must undo that), runs the example, then holds the host for HOST_TEST_HOLD_MS.
+pub fn child_main() {
+    if std::env::var(CHILD).is_err() {
+        return;
+    }
+    let peers: Option<Vec<IpAddr>> = std::env::var("HOST_TEST_PEERS").ok().map(|v| v.split(',').map(|s| s.parse().unwrap()).collect());
+    let before = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    if let Err(e) = droce_dpdk::host::global() {
+        eprintln!("host_pair: {e}");
+        std::process::exit(2);
+    }
+    let after = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    println!("cpus before {before} after {after}");
+    let code = match example::run(peers, Duration::from_secs(30)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("host_pair: {e}");
+            1
+        }
+    };
+    let hold = std::env::var("HOST_TEST_HOLD_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(hold));
+    std::process::exit(code);
+}
+
+/// A child process whose stdout lines are collected as they come.
+pub struct Proc {
+    pub child: Child,
+    pub out: Arc<Mutex<Vec<String>>>,
+    err_reader: Option<std::thread::JoinHandle<String>>,
+}
+
+pub fn spawn(envs: &[(&str, String)]) -> Proc {
+    let exe = std::env::current_exe().unwrap();
+    let mut c = Command::new(exe);
+    c.args(["--exact", "child", "--nocapture", "--test-threads=1"]).env(CHILD, "1").stdout(Stdio::piped()).stderr(Stdio::piped());
+    // the children's own config comes only from `envs`
+    for v in ["DROCE_CONF", "DROCE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "DROCE_PROGRESS", "DROCE_LINK", "DROCE_EAL", "DROCE_PCAP", "DROCE_FAULTS"] {
+        c.env_remove(v);
+    }
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("spawn the test binary as a child");
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let o = out.clone();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines().map_while(Result::ok) {
+            o.lock().unwrap().push(l);
+        }
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let err_reader = Some(std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    }));
+    Proc { child, out, err_reader }
+}
+
+impl Proc {
+    pub fn has_line(&self, pred: impl Fn(&str) -> bool) -> bool {
+        self.out.lock().unwrap().iter().any(|l| pred(l))
+    }
+
+    /// Waits (bounded) for the exit; returns (status code, stdout lines, stderr). Killed (by
+    /// its pid, through the Child handle) after `limit`.
+    pub fn finish(mut self, limit: Duration) -> (Option<i32>, Vec<String>, String) {
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s.code();
+            }
+            if t0.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let err = self.err_reader.take().unwrap().join().unwrap_or_default();
+        // the reader thread ends at EOF, right after the exit
+        std::thread::sleep(Duration::from_millis(50));
+        let out = self.out.lock().unwrap().clone();
+        (status, out, err)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Waits until `pred` holds (bounded).
+pub fn wait_until(limit: Duration, mut pred: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if pred() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Checks one end's output: the expected texts and patterned messages from every peer, done,
+/// CPU affinity unchanged by the host.
+pub fn check_end(name: &str, (code, out, err): &(Option<i32>, Vec<String>, String), me: &str, peers: &[&str]) {
+    let all = out.join("\n");
+    assert_eq!(*code, Some(0), "{name} exit status; stdout:\n{all}\nstderr:\n{err}");
+    for p in peers {
+        let t = format!("got text 'hello from {p} to {me}' from {p}");
+        assert!(out.contains(&t), "{name}: want '{t}' in:\n{all}");
+        let b = format!("got 200000 bytes from {p}: pattern ok");
+        assert!(out.contains(&b), "{name}: want '{b}' in:\n{all}");
+    }
+    assert!(out.iter().any(|l| *l == format!("done: {} peers", peers.len())), "{name}: {all}");
+    // the harness prints "test child ... " in front of the child's first line
+    let cpus = out.iter().find_map(|l| l.find("cpus before").map(|i| &l[i..])).unwrap_or_else(|| panic!("{name}: no cpus line in {all}"));
+    let w: Vec<&str> = cpus.split_whitespace().collect();
+    assert_eq!(w[2], w[4], "{name}: the host changed the caller's CPU affinity: {cpus}");
+    assert!(!err.contains("memif_") && !err.contains("EAL:"), "{name}: DPDK log lines on stderr: {err}");
+}
