@@ -1,4 +1,32 @@
-//! UCX transport (droce_rc, droce_ud) for droce.
+//! UCX 1.13 transport for droce: `libuct_droce.so`, a UCT component `droce` with one memory
+//! domain and two transports on device `droce0`:
 //!
-//! Empty on purpose: the UCT component is issue 6 and needs the device-on-a-port work of
-//! issue 4 first. No C shim is built, so no UCX process can load a half-made transport.
+//! * `droce_rc` — RC QPs, CONNECT_TO_EP (ep address = QPN + PSN, exchanged by UCP wire-up or
+//!   ucx_perftest), AM short/bcopy/zcopy (AM id in the immediate data), PUT short/bcopy/zcopy
+//!   (RDMA WRITE), GET bcopy/zcopy (RDMA READ), atomics: 64-bit fetch-add and compare-swap are
+//!   native IB atomics; 64-bit swap and every 32-bit op run as a compare-swap loop on the
+//!   enclosing aligned 8-byte word (so a 32-bit target needs its whole 8-byte word registered).
+//! * `droce_ud` — one UD QP per interface, CONNECT_TO_IFACE (iface address = UD QPN, device
+//!   address = GID), AM short/bcopy/zcopy up to the path MTU. UCP uses it for wire-up. It is not
+//!   reliable: a datagram lost on the wire (or arriving when no receive buffer is posted) is lost.
+//!
+//! Both share the process-wide droce host ([`droce_dpdk::host::global`]): one DPDK port from
+//! `DROCE_CONF` or the zero-config memif pair. Progress is manual: the interface progress
+//! callback (registered with the UCT worker by `uct_iface_progress_enable`) locks the host, polls
+//! the port and the interface's completion queue, then runs UCX callbacks with no lock held.
+//!
+//! Layout: `shim/droce_uct.c` (C; UCX's class and registration macros, struct embedding, the
+//! load-time layout check) forwards every operation through the plain ABI of
+//! `shim/droce_abi.h` to [`ffi`] (the only module with `unsafe`), which converts pointers and
+//! calls the safe [`iface`] and [`md`] code. Panics are caught at every `extern "C"` entry and
+//! become `UCS_ERR_IO_ERROR`.
+//!
+//! Public API (Rust, for tests): [`status`] (UCS status values), [`iface::IfaceCfg`],
+//! [`md::pack_rkey`] / [`md::unpack_rkey`]; the rest is reached through UCX.
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)]
+pub mod ffi;
+pub mod iface;
+pub mod md;
+pub mod status;

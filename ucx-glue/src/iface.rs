@@ -1,0 +1,1115 @@
+//! The two UCT interfaces (droce_rc, droce_ud) over the process-wide droce host.
+//!
+//! One interface owns: a completion queue, a block of registered memory split into receive
+//! slots and send slots, and (RC) a shared receive queue feeding every RC QP of the interface,
+//! or (UD) its one UD QP. A send slot is the resource of one operation in flight: it holds the
+//! copied payload of short/bcopy sends, the header of an AM zcopy, the landing buffer of a GET
+//! bcopy or an atomic result; with no free slot an operation returns `UCS_ERR_NO_RESOURCE` and
+//! the caller may queue a pending request. Every work request is signaled: a completion frees
+//! its slot, finishes the operation and drives flush.
+//!
+//! No UCX callback runs here: [`Iface::progress`] returns [`Event`]s, which the FFI layer
+//! invokes with no lock held (a callback may send again).
+
+use crate::md;
+use crate::status::*;
+use droce_dpdk::host::Host;
+use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
+use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
+use droce_transport::status::{WcOpcode, WcStatus};
+use droce_transport::verbs::{AccessFlags, CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, SrqHandle, UdDest, WcFlags};
+use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Bytes of GRH at the head of a UD receive buffer.
+const GRH: usize = 40;
+/// Q_Key of droce_ud QPs (high bit clear: a plain, uncontrolled key).
+const UD_QKEY: QKey = QKey(0x0d0c_e11d);
+/// Largest AM zcopy header (it is copied into the operation's send slot).
+pub const MAX_HDR: usize = 128;
+/// Largest scatter list of a zcopy operation (plus one SGE for an AM header).
+pub const MAX_IOV: usize = 8;
+/// Largest RDMA zcopy.
+const MAX_RDMA: usize = 1 << 30;
+/// Completions handled per progress call.
+const POLL_BUDGET: usize = 64;
+
+pub const DEV_ADDR_LEN: usize = 16;
+pub const UD_IFACE_ADDR_LEN: usize = 4;
+pub const RC_EP_ADDR_LEN: usize = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Rc,
+    Ud,
+}
+
+/// Interface configuration (UCX_DROCE_RC_* / UCX_DROCE_UD_*).
+#[derive(Debug, Clone, Copy)]
+pub struct IfaceCfg {
+    pub seg_size: usize,
+    pub tx_queue_len: u32,
+    pub rx_queue_len: u32,
+}
+
+/// Figures for `uct_iface_query`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Info {
+    pub am_max_short: usize,
+    pub am_max_bcopy: usize,
+    pub am_max_zcopy: usize,
+    pub am_max_hdr: usize,
+    pub put_max_short: usize,
+    pub put_max_bcopy: usize,
+    pub put_max_zcopy: usize,
+    pub get_max_bcopy: usize,
+    pub get_max_zcopy: usize,
+    pub max_iov: usize,
+    pub latency_s: f64,
+    pub bandwidth_bps: f64,
+    pub overhead_s: f64,
+    pub path_mtu: u32,
+}
+
+/// Memory layout of an interface's registered block.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub rx_stride: usize,
+    pub tx_stride: usize,
+    pub rx_count: usize,
+    pub tx_count: usize,
+    pub seg: usize,
+}
+
+impl Layout {
+    pub fn new(kind: Kind, cfg: &IfaceCfg, mtu: PathMtu) -> Layout {
+        let mtu = mtu.bytes() as usize;
+        let seg = match kind {
+            Kind::Rc => cfg.seg_size.clamp(256, 1 << 20),
+            Kind::Ud => cfg.seg_size.clamp(256, mtu).min(mtu),
+        };
+        let round = |n: usize| (n + 63) & !63;
+        let rx_stride = round(seg + if kind == Kind::Ud { GRH } else { 0 });
+        Layout {
+            rx_stride,
+            tx_stride: round(seg),
+            rx_count: cfg.rx_queue_len.clamp(16, 16384) as usize,
+            tx_count: cfg.tx_queue_len.clamp(4, 4096) as usize,
+            seg,
+        }
+    }
+    pub fn bytes(&self) -> usize {
+        self.rx_stride * self.rx_count + self.tx_stride * self.tx_count
+    }
+}
+
+/// A payload element: a copy source, or a registered range for zcopy.
+#[derive(Debug, Clone, Copy)]
+pub enum Seg<'a> {
+    Copy(&'a [u8]),
+    Zcopy { addr: u64, len: usize, lkey: Lkey },
+}
+
+impl Seg<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Seg::Copy(b) => b.len(),
+            Seg::Zcopy { len, .. } => *len,
+        }
+    }
+}
+
+/// Something the FFI layer must do with no lock held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// Invoke the AM handler `id` on `len` bytes at `addr`, then repost receive slot `slot`.
+    Am { id: u8, addr: u64, len: usize, slot: u32 },
+    /// `uct_invoke_completion(comp, status)`.
+    Complete { comp: usize, status: Status },
+    /// A GET bcopy landed: `unpack(arg, addr, len)`; then the slot is freed.
+    Unpack { cb: usize, arg: usize, addr: u64, len: usize, slot: u32 },
+    /// Store an atomic's fetched value (`width` 4 or 8 bytes) at `result`.
+    AtomicResult { result: usize, width: u8, value: u64 },
+    /// The endpoint failed (peer unreachable): `uct_iface_handle_ep_err`.
+    EpFailed { ep_c: usize, status: Status },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicKind {
+    Add,
+    Swap,
+    Cswap,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AtomicOp {
+    kind: AtomicKind,
+    width: u8,
+    value: u64,
+    compare: u64,
+    /// The 8-byte word the operation targets.
+    word: u64,
+    rkey: Rkey,
+    /// Bit offset of a 32-bit operand in its word (little endian).
+    shift: u32,
+    result: usize,
+    /// Compare value of the compare-swap in flight (emulated operations).
+    expected: u64,
+    native: bool,
+}
+
+impl AtomicOp {
+    /// The new word for an old word `w` (emulated ops), or None when nothing is to be written.
+    fn apply(&self, w: u64) -> u64 {
+        let (mask, cur) = if self.width == 4 {
+            (0xffff_ffffu64 << self.shift, (w >> self.shift) & 0xffff_ffff)
+        } else {
+            (u64::MAX, w)
+        };
+        let new = match self.kind {
+            AtomicKind::Add => {
+                if self.width == 4 {
+                    (cur as u32).wrapping_add(self.value as u32) as u64
+                } else {
+                    cur.wrapping_add(self.value)
+                }
+            }
+            AtomicKind::Swap => self.value,
+            AtomicKind::Cswap => {
+                if cur == self.compare {
+                    self.value
+                } else {
+                    cur
+                }
+            }
+        };
+        if self.width == 4 {
+            (w & !mask) | ((new & 0xffff_ffff) << self.shift)
+        } else {
+            new
+        }
+    }
+    fn fetched(&self, w: u64) -> u64 {
+        if self.width == 4 {
+            (w >> self.shift) & 0xffff_ffff
+        } else {
+            w
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum OpKind {
+    Plain,
+    GetBcopy { cb: usize, arg: usize, len: usize },
+    Atomic(AtomicOp),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Op {
+    ep: u32,
+    seq: u64,
+    comp: usize,
+    kind: OpKind,
+}
+
+#[derive(Debug)]
+struct Ep {
+    c: usize,
+    qp: Option<QpHandle>,
+    psn: u32,
+    ud: Option<UdDest>,
+    connected: bool,
+    failed: Option<Status>,
+    next_seq: u64,
+    inflight: BTreeSet<u64>,
+    /// Flush completions waiting until every operation with a lower sequence number is done.
+    waiters: Vec<(u64, usize)>,
+    pending: VecDeque<usize>,
+    in_rr: bool,
+    dispatching: bool,
+    fence: bool,
+    /// Last known value of the last word an emulated atomic touched: the next compare-swap's guess.
+    word_cache: Option<(u64, u64)>,
+}
+
+impl Ep {
+    fn new(c: usize) -> Ep {
+        Ep {
+            c,
+            qp: None,
+            psn: 0,
+            ud: None,
+            connected: false,
+            failed: None,
+            next_seq: 0,
+            inflight: BTreeSet::new(),
+            waiters: Vec::new(),
+            pending: VecDeque::new(),
+            in_rr: false,
+            dispatching: false,
+            fence: false,
+            word_cache: None,
+        }
+    }
+    fn flushed_below(&self, target: u64) -> bool {
+        self.inflight.first().map_or(true, |&s| s >= target)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    cq: CqHandle,
+    srq: Option<SrqHandle>,
+    ud_qp: Option<QpHandle>,
+    ud_qpn: u32,
+    pd: PdHandle,
+    lkey: Lkey,
+    base: u64,
+    lay: Layout,
+    gid: Gid,
+    sgid_index: u8,
+    mtu: PathMtu,
+    free_tx: Vec<u32>,
+    ops: Vec<Option<Op>>,
+    eps: Vec<Option<Ep>>,
+    free_eps: Vec<u32>,
+    pending_rr: VecDeque<u32>,
+    iface_waiters: Vec<usize>,
+    psn_seed: u32,
+    closed: bool,
+}
+
+/// One UCT interface.
+#[derive(Debug)]
+pub struct Iface {
+    pub kind: Kind,
+    /// The C `droce_iface_t*`, passed back to AM invocations.
+    pub c: usize,
+    host: &'static Mutex<Host>,
+    inner: Mutex<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn verb<T, E: std::fmt::Debug>(what: &str, r: Result<T, E>) -> Result<T, String> {
+    r.map_err(|e| format!("droce: {what}: {e:?}"))
+}
+
+/// Result of [`Iface::progress`].
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub events: Vec<Event>,
+    pub count: u32,
+}
+
+impl Iface {
+    /// Create the interface's queues in `host` over the registered block `[base, base+len)`
+    /// (`lkey`), laid out by `lay`.
+    pub fn new(kind: Kind, c: usize, host_m: &'static Mutex<Host>, host: &mut Host, pd: PdHandle, lkey: Lkey, base: u64, lay: Layout) -> Result<Iface, String> {
+        let gid = match host.local_ip() {
+            std::net::IpAddr::V4(a) => Gid::from_ipv4(a),
+            std::net::IpAddr::V6(a) => Gid::from_ipv6(a),
+        };
+        let sgid_index = host.local_gid_index();
+        let mtu = host.dev().path_mtu();
+        let d = host.dev().device_mut();
+        let cq = verb("create_cq", d.create_cq(lay.tx_count + lay.rx_count + 64))?;
+        let mut inner = Inner {
+            cq,
+            srq: None,
+            ud_qp: None,
+            ud_qpn: 0,
+            pd,
+            lkey,
+            base,
+            lay,
+            gid,
+            sgid_index,
+            mtu,
+            free_tx: (0..lay.tx_count as u32).rev().collect(),
+            ops: vec![None; lay.tx_count],
+            eps: Vec::new(),
+            free_eps: Vec::new(),
+            pending_rr: VecDeque::new(),
+            iface_waiters: Vec::new(),
+            psn_seed: (std::process::id().wrapping_mul(0x9e37_79b9) ^ (base as u32)) & 0xff_ffff,
+            closed: false,
+        };
+        match kind {
+            Kind::Rc => {
+                let srq = verb("create_srq", d.create_srq(pd, lay.rx_count, 1))?;
+                inner.srq = Some(srq);
+            }
+            Kind::Ud => {
+                let cap = QpCap { max_send_wr: lay.tx_count as u32, max_recv_wr: lay.rx_count as u32, max_send_sge: (MAX_IOV + 1) as u32, max_recv_sge: 1, max_inline_data: 0 };
+                let qp = verb("create_qp UD", d.create_qp(QpInitAttr { qp_type: QpType::Ud, pd, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: true }))?;
+                let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: UD_QKEY, ..QpAttr::default() };
+                verb("UD INIT", d.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY))?;
+                let a = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
+                verb("UD RTR", d.modify_qp(qp, &a, QpAttrMask::STATE))?;
+                let a = QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(inner.psn_seed), ..QpAttr::default() };
+                verb("UD RTS", d.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::SQ_PSN))?;
+                inner.ud_qpn = verb("query_qp", d.query_qp(qp))?.qp_num.value();
+                inner.ud_qp = Some(qp);
+            }
+        }
+        let iface = Iface { kind, c, host: host_m, inner: Mutex::new(inner) };
+        {
+            let mut g = lock(&iface.inner);
+            for slot in 0..lay.rx_count as u32 {
+                iface.post_rx(&mut g, host, slot).map_err(|s| format!("droce: posting receive buffers failed ({s})"))?;
+            }
+        }
+        Ok(iface)
+    }
+
+    /// Destroy the queues and deregister the block; returns the block's (base, len) for the
+    /// caller to free.
+    pub fn close(&self) -> (u64, usize) {
+        let mut g = lock(&self.inner);
+        g.closed = true;
+        let mut h = lock(self.host);
+        let d = h.dev().device_mut();
+        for ep in g.eps.iter_mut().flatten() {
+            if let Some(qp) = ep.qp.take() {
+                let _ = d.destroy_qp(qp);
+            }
+        }
+        if let Some(qp) = g.ud_qp.take() {
+            let _ = d.destroy_qp(qp);
+        }
+        if let Some(srq) = g.srq.take() {
+            let _ = d.destroy_srq(srq);
+        }
+        let _ = d.destroy_cq(g.cq);
+        let _ = h.dev().dereg_mr(g.lkey);
+        (g.base, g.lay.bytes())
+    }
+
+    fn rx_addr(g: &Inner, slot: u32) -> u64 {
+        g.base + slot as u64 * g.lay.rx_stride as u64
+    }
+    fn tx_addr(g: &Inner, slot: u32) -> u64 {
+        g.base + (g.lay.rx_count * g.lay.rx_stride) as u64 + slot as u64 * g.lay.tx_stride as u64
+    }
+
+    fn post_rx(&self, g: &mut Inner, host: &mut Host, slot: u32) -> Result<(), Status> {
+        let wr = RecvWr::new(slot as u64).with_sge(Self::rx_addr(g, slot), g.lay.rx_stride as u32, g.lkey);
+        let d = host.dev().device_mut();
+        let r = match (g.srq, g.ud_qp) {
+            (Some(srq), _) => d.post_srq_recv(srq, wr),
+            (None, Some(qp)) => d.post_recv(qp, wr),
+            _ => return Err(UCS_ERR_IO_ERROR),
+        };
+        r.map_err(|_| UCS_ERR_IO_ERROR)
+    }
+
+    pub fn info(&self) -> Info {
+        let g = lock(&self.inner);
+        let seg = g.lay.seg;
+        let mtu = g.mtu.bytes();
+        match self.kind {
+            // Figures measured over the memif wire on the 2-core build machine (docs/ucx.md).
+            Kind::Rc => Info {
+                am_max_short: seg,
+                am_max_bcopy: seg,
+                am_max_zcopy: seg - MAX_HDR,
+                am_max_hdr: MAX_HDR,
+                put_max_short: seg,
+                put_max_bcopy: seg,
+                put_max_zcopy: MAX_RDMA,
+                get_max_bcopy: seg,
+                get_max_zcopy: MAX_RDMA,
+                max_iov: MAX_IOV,
+                latency_s: 4e-6,
+                bandwidth_bps: 300e6,
+                overhead_s: 0.5e-6,
+                path_mtu: mtu,
+            },
+            Kind::Ud => Info {
+                am_max_short: seg,
+                am_max_bcopy: seg,
+                am_max_zcopy: seg.saturating_sub(MAX_HDR),
+                am_max_hdr: MAX_HDR.min(seg / 2),
+                max_iov: MAX_IOV,
+                latency_s: 5e-6,
+                bandwidth_bps: 150e6,
+                overhead_s: 0.6e-6,
+                path_mtu: mtu,
+                ..Info::default()
+            },
+        }
+    }
+
+    pub fn device_address(&self) -> [u8; DEV_ADDR_LEN] {
+        lock(&self.inner).gid.0
+    }
+
+    pub fn iface_address(&self) -> [u8; UD_IFACE_ADDR_LEN] {
+        lock(&self.inner).ud_qpn.to_le_bytes()
+    }
+
+    pub fn is_reachable(&self, dev_addr: &[u8; DEV_ADDR_LEN]) -> bool {
+        // One wire: every droce GID is reachable; an all-zero GID is not an address.
+        dev_addr.iter().any(|&b| b != 0)
+    }
+
+    // ------------------------------------------------------------------ endpoints
+
+    /// RC: a QP in INIT waiting for `connect_to_ep`. UD: an address handle to (GID, QPN).
+    pub fn ep_create(&self, ep_c: usize, dev_addr: Option<&[u8; DEV_ADDR_LEN]>, iface_addr: Option<&[u8; UD_IFACE_ADDR_LEN]>) -> Result<u32, Status> {
+        let mut g = lock(&self.inner);
+        let mut ep = Ep::new(ep_c);
+        match self.kind {
+            Kind::Rc => {
+                let mut h = lock(self.host);
+                let (pd, cq, srq, tx) = (g.pd, g.cq, g.srq, g.lay.tx_count as u32);
+                let d = h.dev().device_mut();
+                let cap = QpCap { max_send_wr: tx, max_recv_wr: 1, max_send_sge: (MAX_IOV + 1) as u32, max_recv_sge: 1, max_inline_data: 0 };
+                let qp = d.create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: cq, recv_cq: cq, srq, cap, sq_sig_all: true }).map_err(|_| UCS_ERR_NO_RESOURCE)?;
+                let (a, m) = init_attr(AccessFlags::ALL);
+                if d.modify_qp(qp, &a, m).is_err() {
+                    let _ = d.destroy_qp(qp);
+                    return Err(UCS_ERR_IO_ERROR);
+                }
+                g.psn_seed = g.psn_seed.wrapping_mul(1_103_515_245).wrapping_add(12345) & 0xff_ffff;
+                ep.qp = Some(qp);
+                ep.psn = g.psn_seed;
+            }
+            Kind::Ud => {
+                let (Some(dev), Some(ifa)) = (dev_addr, iface_addr) else { return Err(UCS_ERR_INVALID_PARAM) };
+                let av = droce_transport::verbs::AddressVector { dgid: Gid(*dev), sgid_index: g.sgid_index, hop_limit: 64, ..Default::default() };
+                ep.ud = Some(UdDest { av, remote_qpn: Qpn::new(u32::from_le_bytes(*ifa)), remote_qkey: UD_QKEY });
+                ep.connected = true;
+            }
+        }
+        let id = match g.free_eps.pop() {
+            Some(i) => {
+                g.eps[i as usize] = Some(ep);
+                i
+            }
+            None => {
+                g.eps.push(Some(ep));
+                (g.eps.len() - 1) as u32
+            }
+        };
+        Ok(id)
+    }
+
+    /// Destroy an endpoint; operations still in flight complete no more (their slots return).
+    pub fn ep_destroy(&self, id: u32) {
+        let mut g = lock(&self.inner);
+        let Some(ep) = g.eps.get_mut(id as usize).and_then(Option::take) else { return };
+        if let Some(qp) = ep.qp {
+            if !g.closed {
+                let _ = lock(self.host).dev().device_mut().destroy_qp(qp);
+            }
+        }
+        for slot in 0..g.ops.len() {
+            if g.ops[slot].is_some_and(|o| o.ep == id) {
+                g.ops[slot] = None;
+                g.free_tx.push(slot as u32);
+            }
+        }
+        g.pending_rr.retain(|&e| e != id);
+        g.free_eps.push(id);
+    }
+
+    pub fn ep_address(&self, id: u32) -> Result<[u8; RC_EP_ADDR_LEN], Status> {
+        let g = lock(&self.inner);
+        let ep = g.eps.get(id as usize).and_then(Option::as_ref).ok_or(UCS_ERR_INVALID_PARAM)?;
+        let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
+        let qpn = lock(self.host).dev().device().query_qp(qp).map_err(|_| UCS_ERR_IO_ERROR)?.qp_num.value();
+        let mut a = [0u8; RC_EP_ADDR_LEN];
+        a[..4].copy_from_slice(&qpn.to_le_bytes());
+        a[4..].copy_from_slice(&ep.psn.to_le_bytes());
+        Ok(a)
+    }
+
+    /// RC: INIT -> RTR -> RTS towards the peer QP (the transport rc_connect attributes).
+    pub fn ep_connect_to_ep(&self, id: u32, dev_addr: &[u8; DEV_ADDR_LEN], ep_addr: &[u8; RC_EP_ADDR_LEN]) -> Result<(), Status> {
+        let mut g = lock(&self.inner);
+        let (sgid, mtu) = (g.sgid_index, g.mtu);
+        let ep = g.eps.get_mut(id as usize).and_then(Option::as_mut).ok_or(UCS_ERR_INVALID_PARAM)?;
+        let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
+        let peer_qpn = u32::from_le_bytes([ep_addr[0], ep_addr[1], ep_addr[2], ep_addr[3]]);
+        let peer_psn = u32::from_le_bytes([ep_addr[4], ep_addr[5], ep_addr[6], ep_addr[7]]);
+        let mut h = lock(self.host);
+        let av = h.dev().av(Gid(*dev_addr), sgid);
+        let d = h.dev().device_mut();
+        let (a, m) = rtr_attr(av, mtu, Qpn::new(peer_qpn), Psn::new(peer_psn), 16, 12);
+        d.modify_qp(qp, &a, m).map_err(|_| UCS_ERR_IO_ERROR)?;
+        // ACK timeout 4.096 us * 2^14 = 67 ms, 7 retries: a dead peer is reported in about 0.5 s.
+        let (a, m) = rts_attr(Psn::new(ep.psn), 14, 7, 7, 16);
+        d.modify_qp(qp, &a, m).map_err(|_| UCS_ERR_IO_ERROR)?;
+        ep.connected = true;
+        if !ep.pending.is_empty() && !ep.in_rr {
+            ep.in_rr = true;
+            g.pending_rr.push_back(id);
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ sends
+
+    /// Checks before an operation; returns a free send slot.
+    fn reserve(g: &mut Inner, id: u32) -> Result<u32, Status> {
+        let ep = g.eps.get(id as usize).and_then(Option::as_ref).ok_or(UCS_ERR_INVALID_PARAM)?;
+        if let Some(s) = ep.failed {
+            return Err(s);
+        }
+        if !ep.connected || (!ep.pending.is_empty() && !ep.dispatching) {
+            return Err(UCS_ERR_NO_RESOURCE);
+        }
+        g.free_tx.pop().ok_or(UCS_ERR_NO_RESOURCE)
+    }
+
+    /// Post `wr` (wr_id = slot) on the endpoint and record the operation.
+    fn post(&self, g: &mut Inner, h: &mut Host, id: u32, slot: u32, mut wr: SendWr, comp: usize, kind: OpKind) -> Result<(), Status> {
+        let (qp, seq) = {
+            let ep = g.eps[id as usize].as_mut().ok_or(UCS_ERR_INVALID_PARAM)?;
+            if ep.fence {
+                wr.flags = wr.flags | SendFlags::FENCE;
+            }
+            if let Some(ud) = ep.ud {
+                wr = wr.with_ud(ud);
+            }
+            (ep.qp.or(g.ud_qp).ok_or(UCS_ERR_IO_ERROR)?, ep.next_seq)
+        };
+        wr.wr_id = slot as u64;
+        wr.flags = wr.flags | SendFlags::SIGNALED;
+        match h.dev().device_mut().post_send(qp, wr) {
+            Ok(()) => {
+                let ep = g.eps[id as usize].as_mut().ok_or(UCS_ERR_INVALID_PARAM)?;
+                ep.fence = false;
+                ep.next_seq += 1;
+                ep.inflight.insert(seq);
+                g.ops[slot as usize] = Some(Op { ep: id, seq, comp, kind });
+                Ok(())
+            }
+            Err(e) => {
+                g.free_tx.push(slot);
+                Err(from_post(e))
+            }
+        }
+    }
+
+    /// Copy `segs` into send slot `slot` (registered memory) from `off`; the bytes written.
+    fn copy_in(g: &Inner, h: &mut Host, slot: u32, mut off: usize, segs: &[Seg]) -> Result<usize, Status> {
+        let base = Self::tx_addr(g, slot);
+        for s in segs {
+            let Seg::Copy(b) = s else { return Err(UCS_ERR_INVALID_PARAM) };
+            if off + b.len() > g.lay.tx_stride {
+                return Err(UCS_ERR_EXCEEDS_LIMIT);
+            }
+            h.dev().write_mem(base + off as u64, b).map_err(|_| UCS_ERR_IO_ERROR)?;
+            off += b.len();
+        }
+        Ok(off)
+    }
+
+    /// AM short / zcopy (AM id in the immediate data). Copy segments go through the send slot;
+    /// zcopy segments are posted as SGEs after the header.
+    pub fn am_send(&self, id: u32, am_id: u8, hdr: &[u8], segs: &[Seg], comp: usize) -> Result<(), Status> {
+        let mut g = lock(&self.inner);
+        let total = hdr.len() + segs.iter().map(Seg::len).sum::<usize>();
+        let zcopy = segs.iter().any(|s| matches!(s, Seg::Zcopy { .. }));
+        let limit = if zcopy { g.lay.seg } else { g.lay.seg.min(g.lay.tx_stride) };
+        if total > limit || (zcopy && hdr.len() > MAX_HDR) || segs.len() > MAX_IOV {
+            return Err(UCS_ERR_EXCEEDS_LIMIT);
+        }
+        let slot = Self::reserve(&mut g, id)?;
+        let mut h = lock(self.host);
+        let res = (|| {
+            let base = Self::tx_addr(&g, slot);
+            let mut wr = SendWr::new(0, SendOpcode::SendImm).with_imm(am_id as u32);
+            if zcopy {
+                if !hdr.is_empty() {
+                    h.dev().write_mem(base, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
+                    wr = wr.with_sge(base, hdr.len() as u32, g.lkey);
+                }
+                for s in segs {
+                    match *s {
+                        Seg::Zcopy { addr, len, lkey } => wr = wr.with_sge(addr, len as u32, lkey),
+                        Seg::Copy(_) => return Err(UCS_ERR_INVALID_PARAM),
+                    }
+                }
+            } else {
+                h.dev().write_mem(base, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
+                let n = Self::copy_in(&g, &mut h, slot, hdr.len(), segs)?;
+                wr = wr.with_sge(base, n as u32, g.lkey);
+            }
+            Ok(wr)
+        })();
+        match res {
+            Ok(wr) => self.post(&mut g, &mut h, id, slot, wr, comp, OpKind::Plain),
+            Err(e) => {
+                g.free_tx.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// bcopy step 1: a send slot and its address/capacity for the pack callback.
+    pub fn bcopy_reserve(&self, id: u32) -> Result<(u32, u64, usize), Status> {
+        let mut g = lock(&self.inner);
+        let slot = Self::reserve(&mut g, id)?;
+        Ok((slot, Self::tx_addr(&g, slot), g.lay.seg))
+    }
+
+    /// bcopy step 2: post the packed slot (`am_id` Some: AM; None: RDMA WRITE to `remote`).
+    pub fn bcopy_post(&self, id: u32, slot: u32, len: usize, am_id: Option<u8>, remote: Option<(u64, Rkey)>) -> Result<(), Status> {
+        let mut g = lock(&self.inner);
+        if len > g.lay.seg {
+            g.free_tx.push(slot);
+            return Err(UCS_ERR_EXCEEDS_LIMIT);
+        }
+        if g.eps.get(id as usize).and_then(Option::as_ref).is_none() {
+            g.free_tx.push(slot);
+            return Err(UCS_ERR_INVALID_PARAM);
+        }
+        let base = Self::tx_addr(&g, slot);
+        let mut wr = match (am_id, remote) {
+            (Some(a), _) => SendWr::new(0, SendOpcode::SendImm).with_imm(a as u32),
+            (None, Some((addr, rkey))) => SendWr::new(0, SendOpcode::Write).with_remote(addr, rkey),
+            (None, None) => {
+                g.free_tx.push(slot);
+                return Err(UCS_ERR_INVALID_PARAM);
+            }
+        };
+        wr = wr.with_sge(base, len as u32, g.lkey);
+        let mut h = lock(self.host);
+        self.post(&mut g, &mut h, id, slot, wr, 0, OpKind::Plain)
+    }
+
+    /// Give back a slot reserved by [`bcopy_reserve`](Self::bcopy_reserve) and not posted.
+    pub fn bcopy_abort(&self, slot: u32) {
+        lock(&self.inner).free_tx.push(slot);
+    }
+
+    /// PUT short (copy) or zcopy: RDMA WRITE.
+    pub fn put(&self, id: u32, segs: &[Seg], remote: u64, rkey: Rkey, comp: usize) -> Result<(), Status> {
+        self.rdma(id, SendOpcode::Write, segs, remote, rkey, comp)
+    }
+
+    /// GET zcopy: RDMA READ into the registered segments.
+    pub fn get_zcopy(&self, id: u32, segs: &[Seg], remote: u64, rkey: Rkey, comp: usize) -> Result<(), Status> {
+        self.rdma(id, SendOpcode::Read, segs, remote, rkey, comp)
+    }
+
+    fn rdma(&self, id: u32, opcode: SendOpcode, segs: &[Seg], remote: u64, rkey: Rkey, comp: usize) -> Result<(), Status> {
+        if self.kind != Kind::Rc {
+            return Err(UCS_ERR_UNSUPPORTED);
+        }
+        let mut g = lock(&self.inner);
+        let total: usize = segs.iter().map(Seg::len).sum();
+        let zcopy = segs.iter().any(|s| matches!(s, Seg::Zcopy { .. }));
+        if (!zcopy && total > g.lay.seg) || total > MAX_RDMA || segs.len() > MAX_IOV {
+            return Err(UCS_ERR_EXCEEDS_LIMIT);
+        }
+        let slot = Self::reserve(&mut g, id)?;
+        let mut h = lock(self.host);
+        let mut wr = SendWr::new(0, opcode).with_remote(remote, rkey);
+        if zcopy {
+            for s in segs {
+                match *s {
+                    Seg::Zcopy { addr, len, lkey } => wr = wr.with_sge(addr, len as u32, lkey),
+                    Seg::Copy(_) => {
+                        g.free_tx.push(slot);
+                        return Err(UCS_ERR_INVALID_PARAM);
+                    }
+                }
+            }
+        } else {
+            match Self::copy_in(&g, &mut h, slot, 0, segs) {
+                Ok(n) => wr = wr.with_sge(Self::tx_addr(&g, slot), n as u32, g.lkey),
+                Err(e) => {
+                    g.free_tx.push(slot);
+                    return Err(e);
+                }
+            }
+        }
+        self.post(&mut g, &mut h, id, slot, wr, comp, OpKind::Plain)
+    }
+
+    /// GET bcopy: RDMA READ into the send slot; the unpack callback runs at completion.
+    pub fn get_bcopy(&self, id: u32, cb: usize, arg: usize, len: usize, remote: u64, rkey: Rkey, comp: usize) -> Result<(), Status> {
+        if self.kind != Kind::Rc {
+            return Err(UCS_ERR_UNSUPPORTED);
+        }
+        let mut g = lock(&self.inner);
+        if len > g.lay.seg {
+            return Err(UCS_ERR_EXCEEDS_LIMIT);
+        }
+        let slot = Self::reserve(&mut g, id)?;
+        let mut h = lock(self.host);
+        let wr = SendWr::new(0, SendOpcode::Read).with_remote(remote, rkey).with_sge(Self::tx_addr(&g, slot), len as u32, g.lkey);
+        self.post(&mut g, &mut h, id, slot, wr, comp, OpKind::GetBcopy { cb, arg, len })
+    }
+
+    /// An atomic: 64-bit add and cswap natively; swap and 32-bit ops as a compare-swap loop.
+    /// `result` 0: no fetch (post).
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(&self, id: u32, kind: AtomicKind, width: u8, value: u64, compare: u64, remote: u64, rkey: Rkey, result: usize, comp: usize) -> Result<(), Status> {
+        if self.kind != Kind::Rc {
+            return Err(UCS_ERR_UNSUPPORTED);
+        }
+        if !(width == 8 && remote % 8 == 0 || width == 4 && remote % 4 == 0) {
+            return Err(UCS_ERR_INVALID_PARAM);
+        }
+        let mut g = lock(&self.inner);
+        let word = remote & !7;
+        let native = width == 8 && kind != AtomicKind::Swap;
+        let guess = g.eps.get(id as usize).and_then(Option::as_ref).and_then(|e| e.word_cache).filter(|&(a, _)| a == word).map_or(0, |(_, v)| v);
+        let mut op = AtomicOp { kind, width, value, compare, word, rkey, shift: ((remote & 7) * 8) as u32, result, expected: guess, native };
+        let slot = Self::reserve(&mut g, id)?;
+        let wr = Self::atomic_wr(&g, slot, &mut op);
+        let mut h = lock(self.host);
+        self.post(&mut g, &mut h, id, slot, wr, comp, OpKind::Atomic(op))
+    }
+
+    fn atomic_wr(g: &Inner, slot: u32, op: &mut AtomicOp) -> SendWr {
+        let sge_addr = Self::tx_addr(g, slot);
+        let (opcode, a, b) = if op.native {
+            match op.kind {
+                AtomicKind::Add => (SendOpcode::FetchAdd, op.value, 0),
+                _ => (SendOpcode::CmpSwap, op.compare, op.value),
+            }
+        } else {
+            (SendOpcode::CmpSwap, op.expected, op.apply(op.expected))
+        };
+        SendWr::new(0, opcode).with_remote(op.word, op.rkey).with_atomic(a, b).with_sge(sge_addr, 8, g.lkey)
+    }
+
+    // ------------------------------------------------------------------ flush, fence, pending
+
+    pub fn ep_flush(&self, id: u32, cancel: bool, comp: usize) -> Status {
+        let mut g = lock(&self.inner);
+        let Some(ep) = g.eps.get_mut(id as usize).and_then(Option::as_mut) else { return UCS_ERR_INVALID_PARAM };
+        if cancel {
+            // Nothing can be recalled from the send queue; flush(cancel) waits like flush.
+            ep.pending.clear();
+        }
+        if ep.inflight.is_empty() {
+            return UCS_OK;
+        }
+        if !ep.pending.is_empty() && !ep.dispatching {
+            return UCS_ERR_NO_RESOURCE;
+        }
+        if comp != 0 {
+            ep.waiters.push((ep.next_seq, comp));
+        }
+        UCS_INPROGRESS
+    }
+
+    pub fn iface_flush(&self, comp: usize) -> Status {
+        let mut g = lock(&self.inner);
+        if g.free_tx.len() == g.lay.tx_count {
+            return UCS_OK;
+        }
+        if comp != 0 {
+            g.iface_waiters.push(comp);
+        }
+        UCS_INPROGRESS
+    }
+
+    pub fn ep_fence(&self, id: u32) -> Status {
+        let mut g = lock(&self.inner);
+        match g.eps.get_mut(id as usize).and_then(Option::as_mut) {
+            Some(ep) => {
+                ep.fence = true;
+                UCS_OK
+            }
+            None => UCS_ERR_INVALID_PARAM,
+        }
+    }
+
+    pub fn iface_fence(&self) -> Status {
+        let mut g = lock(&self.inner);
+        for ep in g.eps.iter_mut().flatten() {
+            ep.fence = true;
+        }
+        UCS_OK
+    }
+
+    pub fn ep_check(&self, id: u32) -> Status {
+        let g = lock(&self.inner);
+        match g.eps.get(id as usize).and_then(Option::as_ref) {
+            Some(ep) => ep.failed.unwrap_or(UCS_OK),
+            None => UCS_ERR_INVALID_PARAM,
+        }
+    }
+
+    /// `UCS_ERR_BUSY` when the endpoint could send right now (UCT's contract), else queued.
+    pub fn pending_add(&self, id: u32, req: usize) -> Status {
+        let mut g = lock(&self.inner);
+        let has_slot = !g.free_tx.is_empty();
+        let Some(ep) = g.eps.get_mut(id as usize).and_then(Option::as_mut) else { return UCS_ERR_INVALID_PARAM };
+        if has_slot && ep.connected && ep.pending.is_empty() && ep.failed.is_none() && !ep.dispatching {
+            return UCS_ERR_BUSY;
+        }
+        ep.pending.push_back(req);
+        if !ep.in_rr {
+            ep.in_rr = true;
+            g.pending_rr.push_back(id);
+        }
+        UCS_OK
+    }
+
+    pub fn pending_take(&self, id: u32) -> Vec<usize> {
+        let mut g = lock(&self.inner);
+        match g.eps.get_mut(id as usize).and_then(Option::as_mut) {
+            Some(ep) => ep.pending.drain(..).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The next pending request to call, round-robin over endpoints, while send slots are free.
+    pub fn pending_next(&self) -> Option<(u32, usize)> {
+        let mut g = lock(&self.inner);
+        while let Some(&id) = g.pending_rr.front() {
+            if g.free_tx.is_empty() {
+                return None;
+            }
+            let Some(ep) = g.eps.get_mut(id as usize).and_then(Option::as_mut) else {
+                g.pending_rr.pop_front();
+                continue;
+            };
+            match ep.pending.front() {
+                Some(&req) if ep.connected => {
+                    ep.dispatching = true;
+                    return Some((id, req));
+                }
+                _ => {
+                    ep.in_rr = false;
+                    g.pending_rr.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// After calling a pending request: true to continue dispatching.
+    pub fn pending_done(&self, id: u32, req: usize, status: Status) -> bool {
+        let mut g = lock(&self.inner);
+        let Some(ep) = g.eps.get_mut(id as usize).and_then(Option::as_mut) else {
+            g.pending_rr.retain(|&e| e != id);
+            return true;
+        };
+        ep.dispatching = false;
+        let go_on = status == UCS_OK || status == UCS_INPROGRESS;
+        if status == UCS_OK && ep.pending.front() == Some(&req) {
+            ep.pending.pop_front();
+        }
+        let more = !ep.pending.is_empty();
+        if g.pending_rr.front() == Some(&id) {
+            g.pending_rr.pop_front();
+        }
+        let ep = g.eps[id as usize].as_mut().expect("checked above");
+        if more {
+            ep.in_rr = true;
+            if go_on {
+                g.pending_rr.push_back(id);
+            } else {
+                g.pending_rr.push_front(id);
+            }
+        } else {
+            ep.in_rr = false;
+        }
+        go_on
+    }
+
+    // ------------------------------------------------------------------ progress
+
+    /// Poll the host and this interface's completions.
+    pub fn progress(&self) -> Progress {
+        let mut out = Progress::default();
+        let mut g = lock(&self.inner);
+        if g.closed {
+            return out;
+        }
+        let mut h = lock(self.host);
+        h.progress();
+        for _ in 0..POLL_BUDGET {
+            let wc = match h.dev().device_mut().poll_cq_one(g.cq) {
+                Ok(Some(wc)) => wc,
+                _ => break,
+            };
+            out.count += 1;
+            if (wc.opcode as u32) >= WcOpcode::Recv as u32 {
+                self.rx_completion(&mut g, &mut h, &wc, &mut out.events);
+            } else {
+                self.tx_completion(&mut g, &mut h, &wc, &mut out.events);
+            }
+        }
+        if !g.iface_waiters.is_empty() && g.free_tx.len() == g.lay.tx_count {
+            for comp in std::mem::take(&mut g.iface_waiters) {
+                out.events.push(Event::Complete { comp, status: UCS_OK });
+            }
+        }
+        out
+    }
+
+    fn rx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
+        let slot = wc.wr_id as u32;
+        if wc.status != WcStatus::Success {
+            return; // flushed at destroy
+        }
+        let skip = if self.kind == Kind::Ud { GRH } else { 0 };
+        if !wc.wc_flags.contains(WcFlags::WITH_IMM) || (wc.byte_len as usize) < skip || wc.imm_data > 0xff {
+            // not a droce AM: repost the buffer
+            let _ = self.post_rx(g, h, slot);
+            return;
+        }
+        ev.push(Event::Am { id: wc.imm_data as u8, addr: Self::rx_addr(g, slot) + skip as u64, len: wc.byte_len as usize - skip, slot });
+    }
+
+    fn tx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
+        let slot = wc.wr_id as u32;
+        let Some(mut op) = g.ops.get_mut(slot as usize).and_then(Option::take) else { return };
+        let status = from_wc(wc.status);
+        let mut free_slot = true;
+        if status != UCS_OK {
+            if let Some(ep) = g.eps[op.ep as usize].as_mut() {
+                if ep.failed.is_none() {
+                    let s = if status == UCS_ERR_CANCELED { UCS_ERR_ENDPOINT_TIMEOUT } else { status };
+                    ep.failed = Some(s);
+                    ev.push(Event::EpFailed { ep_c: ep.c, status: s });
+                }
+            }
+            if op.comp != 0 {
+                ev.push(Event::Complete { comp: op.comp, status });
+            }
+        } else {
+            match op.kind {
+                OpKind::Plain => {
+                    if op.comp != 0 {
+                        ev.push(Event::Complete { comp: op.comp, status: UCS_OK });
+                    }
+                }
+                OpKind::GetBcopy { cb, arg, len } => {
+                    ev.push(Event::Unpack { cb, arg, addr: Self::tx_addr(g, slot), len, slot });
+                    if op.comp != 0 {
+                        ev.push(Event::Complete { comp: op.comp, status: UCS_OK });
+                    }
+                    free_slot = false; // freed after the unpack callback ran
+                }
+                OpKind::Atomic(mut a) => {
+                    let mut b = [0u8; 8];
+                    let _ = h.dev().read_mem(Self::tx_addr(g, slot), &mut b);
+                    let old = u64::from_le_bytes(b);
+                    let done = a.native || old == a.expected || a.apply(old) == old;
+                    if let Some(ep) = g.eps[op.ep as usize].as_mut() {
+                        if !a.native {
+                            let now = if old == a.expected { a.apply(old) } else { old };
+                            ep.word_cache = Some((a.word, now));
+                        }
+                    }
+                    if done {
+                        if a.result != 0 {
+                            ev.push(Event::AtomicResult { result: a.result, width: a.width, value: a.fetched(old) });
+                        }
+                        if op.comp != 0 {
+                            ev.push(Event::Complete { comp: op.comp, status: UCS_OK });
+                        }
+                    } else {
+                        // Lost the race for the word: retry with the value just read.
+                        a.expected = old;
+                        let mut wr = Self::atomic_wr(g, slot, &mut a);
+                        wr.wr_id = slot as u64;
+                        wr.flags = SendFlags::SIGNALED;
+                        op.kind = OpKind::Atomic(a);
+                        let qp = g.eps[op.ep as usize].as_ref().and_then(|e| e.qp);
+                        if let Some(qp) = qp {
+                            if h.dev().device_mut().post_send(qp, wr).is_ok() {
+                                g.ops[slot as usize] = Some(op);
+                                return;
+                            }
+                        }
+                        if op.comp != 0 {
+                            ev.push(Event::Complete { comp: op.comp, status: UCS_ERR_IO_ERROR });
+                        }
+                    }
+                }
+            }
+        }
+        if free_slot {
+            g.free_tx.push(slot);
+        }
+        if let Some(ep) = g.eps[op.ep as usize].as_mut() {
+            ep.inflight.remove(&op.seq);
+            if !ep.waiters.is_empty() {
+                let mut i = 0;
+                while i < ep.waiters.len() {
+                    if ep.flushed_below(ep.waiters[i].0) {
+                        let (_, comp) = ep.waiters.swap_remove(i);
+                        ev.push(Event::Complete { comp, status: ep.failed.unwrap_or(UCS_OK) });
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// After the events ran: repost receive slots, free GET bcopy slots.
+    pub fn after_events(&self, events: &[Event]) {
+        let mut g = lock(&self.inner);
+        if g.closed {
+            return;
+        }
+        let mut h = None;
+        for e in events {
+            match *e {
+                Event::Am { slot, .. } => {
+                    let h = h.get_or_insert_with(|| lock(self.host));
+                    let _ = self.post_rx(&mut g, h, slot);
+                }
+                Event::Unpack { slot, .. } => g.free_tx.push(slot),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The PD shared by all droce MRs and QPs (see [`md::pd`]).
+pub fn shared_pd(host: &mut Host) -> PdHandle {
+    md::pd(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(kind: AtomicKind, width: u8, value: u64, compare: u64, shift: u32) -> AtomicOp {
+        AtomicOp { kind, width, value, compare, word: 0, rkey: Rkey(0), shift, result: 0, expected: 0, native: false }
+    }
+
+    #[test]
+    fn emulated_32_bit_ops_touch_only_their_half() {
+        let w = 0x1111_2222_3333_4444u64;
+        assert_eq!(op(AtomicKind::Add, 4, 1, 0, 0).apply(w), 0x1111_2222_3333_4445);
+        assert_eq!(op(AtomicKind::Add, 4, 1, 0, 32).apply(w), 0x1111_2223_3333_4444);
+        assert_eq!(op(AtomicKind::Add, 4, 1, 0, 0).apply(0xffff_ffff), 0, "wraps inside 32 bits");
+        assert_eq!(op(AtomicKind::Swap, 4, 7, 0, 32).apply(w), 0x0000_0007_3333_4444);
+        assert_eq!(op(AtomicKind::Cswap, 4, 9, 0x3333_4444, 0).apply(w), 0x1111_2222_0000_0009);
+        assert_eq!(op(AtomicKind::Cswap, 4, 9, 5, 0).apply(w), w, "compare mismatch writes nothing");
+        assert_eq!(op(AtomicKind::Swap, 8, 5, 0, 0).apply(w), 5);
+        assert_eq!(op(AtomicKind::Add, 4, 0, 0, 32).fetched(w), 0x1111_2222);
+    }
+
+    #[test]
+    fn ud_segments_are_capped_at_the_path_mtu() {
+        let cfg = IfaceCfg { seg_size: 8192, tx_queue_len: 256, rx_queue_len: 1024 };
+        let l = Layout::new(Kind::Ud, &cfg, PathMtu::Mtu1024);
+        assert_eq!(l.seg, 1024);
+        assert!(l.rx_stride >= 1024 + GRH);
+        let l = Layout::new(Kind::Rc, &cfg, PathMtu::Mtu1024);
+        assert_eq!(l.seg, 8192);
+        assert_eq!(l.bytes(), 1024 * 8192 + 256 * 8192);
+    }
+}
