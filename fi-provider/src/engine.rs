@@ -1,0 +1,984 @@
+//! The provider's state behind every fid: CQs, EQs, counters, AVs, endpoints, outstanding
+//! operations, and the progress step that turns device work completions and CM events into
+//! libfabric completions and events.
+//!
+//! One process-wide `Mutex<Engine>` (lock order: engine, then the host); every FFI entry locks
+//! it, so all threading levels are safe. Manual progress runs inside CQ/EQ/counter reads;
+//! auto progress is a thread that runs the same step.
+
+use crate::addr::{self, EpAddr, Local};
+use crate::ffi::sys as fi;
+use crate::info::{self, EpType};
+use crate::queue::{CqEntry, CqError, Queue, Read2, Signal, ADDR_NOTAVAIL};
+use droce_dpdk::host::Host;
+use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams};
+use droce_dpdk::roce::RoceDevice;
+use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
+use droce_transport::status::{WcOpcode, WcStatus};
+use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, UdDest, WcFlags, WorkCompletion};
+use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+pub type Errno = u32;
+pub type Id = u32;
+
+/// Q_Key of droce's UD endpoints (high bit clear: not a controlled key).
+pub const UD_QKEY: u32 = 0x0d40_ce11;
+/// Marker + length in front of CM private data, so that the peer gets exactly what was sent
+/// (REQ/REP private data arrive zero padded to their fixed size).
+const CM_MAGIC: u8 = 0xd5;
+const DEV_CQ_DEPTH: usize = 1 << 14;
+
+pub fn cm_encode(data: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(data.len() + 2);
+    v.push(CM_MAGIC);
+    v.push(data.len() as u8);
+    v.extend_from_slice(data);
+    v
+}
+
+pub fn cm_decode(raw: &[u8]) -> Vec<u8> {
+    match raw {
+        [CM_MAGIC, n, rest @ ..] if (*n as usize) <= rest.len() => rest[..*n as usize].to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+/// Positive FI_E* value for a work completion status.
+pub fn wc_errno(s: WcStatus) -> Errno {
+    match s {
+        WcStatus::Success => 0,
+        WcStatus::WrFlushErr => fi::FI_ECANCELED,
+        WcStatus::LocLenErr => fi::FI_ETRUNC,
+        WcStatus::RemAccessErr | WcStatus::LocProtErr | WcStatus::LocAccessErr => fi::FI_EACCES,
+        WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr | WcStatus::RespTimeoutErr => fi::FI_ETIMEDOUT,
+        WcStatus::RemInvReqErr | WcStatus::RemInvRdReqErr => fi::FI_EINVAL,
+        _ => fi::FI_EIO,
+    }
+}
+
+pub fn wc_status_str(v: i32) -> &'static str {
+    match u8::try_from(v).ok().and_then(WcStatus::from_value) {
+        Some(WcStatus::Success) => "success",
+        Some(WcStatus::LocLenErr) => "local length error (receive buffer too small)",
+        Some(WcStatus::LocQpOpErr) => "local QP operation error",
+        Some(WcStatus::LocProtErr) => "local protection error (bad lkey/descriptor)",
+        Some(WcStatus::WrFlushErr) => "work request flushed (endpoint in error or shut down)",
+        Some(WcStatus::RemAccessErr) => "remote access error (bad rkey, bounds or rights)",
+        Some(WcStatus::RemInvReqErr) => "remote invalid request",
+        Some(WcStatus::RemOpErr) => "remote operational error",
+        Some(WcStatus::RetryExcErr) => "transport retry counter exceeded (peer unreachable)",
+        Some(WcStatus::RnrRetryExcErr) => "RNR retry counter exceeded (no receive posted at the peer)",
+        Some(WcStatus::RespTimeoutErr) => "response timeout",
+        Some(s) => s.name(),
+        None => "unknown droce error",
+    }
+}
+
+trait StatusName {
+    fn name(self) -> &'static str;
+}
+impl StatusName for WcStatus {
+    fn name(self) -> &'static str {
+        "work completion error"
+    }
+}
+
+/// An EQ event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EqEvent {
+    ConnReq { pep_fid: usize, pep_context: usize, conn: ConnId, src: SocketAddr, dst: SocketAddr, data: Vec<u8> },
+    Connected { fid: usize, context: usize, data: Vec<u8> },
+    Shutdown { fid: usize, context: usize },
+    /// fi_mr_reg / fi_av_insert completions of asynchronous objects are not used by droce.
+    Other { event: u32, fid: usize, context: usize, data: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EqError {
+    pub fid: usize,
+    pub context: usize,
+    pub err: Errno,
+    pub prov_errno: i32,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+pub struct Cq {
+    pub dev: Option<CqHandle>,
+    pub q: Queue<CqEntry, CqError>,
+}
+
+#[derive(Debug, Default)]
+pub struct Cntr {
+    pub value: u64,
+    pub err: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Av {
+    pub entries: Vec<Option<EpAddr>>,
+}
+
+impl Av {
+    pub fn insert(&mut self, a: EpAddr) -> u64 {
+        if let Some(i) = self.entries.iter().position(|e| e.is_none()) {
+            self.entries[i] = Some(a);
+            return i as u64;
+        }
+        self.entries.push(Some(a));
+        (self.entries.len() - 1) as u64
+    }
+    pub fn lookup(&self, fi_addr: u64) -> Option<EpAddr> {
+        self.entries.get(usize::try_from(fi_addr).ok()?).copied().flatten()
+    }
+    pub fn remove(&mut self, fi_addr: u64) -> bool {
+        match self.entries.get_mut(fi_addr as usize) {
+            Some(e @ Some(_)) => {
+                *e = None;
+                true
+            }
+            _ => false,
+        }
+    }
+    pub fn reverse(&self, ip: IpAddr, qpn: u32) -> u64 {
+        self.entries
+            .iter()
+            .position(|e| e.is_some_and(|a| a.qpn == Some(qpn) && addr::same_ip(a.sa.ip(), ip)))
+            .map(|i| i as u64)
+            .unwrap_or(ADDR_NOTAVAIL)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    Idle,
+    Connecting,
+    Accepting,
+    Connected,
+    Shutdown,
+}
+
+/// Counters an endpoint bound, per kind of completion.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EpCntrs {
+    pub send: Option<Id>,
+    pub recv: Option<Id>,
+    pub read: Option<Id>,
+    pub write: Option<Id>,
+    pub remote_read: Option<Id>,
+    pub remote_write: Option<Id>,
+}
+
+#[derive(Debug)]
+pub struct Ep {
+    pub ty: EpType,
+    pub fid: usize,
+    pub context: usize,
+    pub qp: Option<QpHandle>,
+    pub tx_cq: Option<Id>,
+    pub rx_cq: Option<Id>,
+    /// FI_SELECTIVE_COMPLETION on the TX / RX CQ binding.
+    pub tx_selective: bool,
+    pub rx_selective: bool,
+    pub eq: Option<Id>,
+    pub av: Option<Id>,
+    pub cntrs: EpCntrs,
+    pub conn: Option<ConnId>,
+    pub state: ConnState,
+    pub src: EpAddr,
+    pub peer: Option<EpAddr>,
+    pub v6: bool,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+}
+
+#[derive(Debug)]
+pub struct Pep {
+    pub fid: usize,
+    pub context: usize,
+    pub eq: Option<Id>,
+    pub src: EpAddr,
+    pub listening: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Send,
+    Recv,
+    Read,
+    Write,
+    Atomic,
+}
+
+/// What a posted work request completes into.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub ep: Id,
+    pub kind: OpKind,
+    pub context: usize,
+    pub flags: u64,
+    pub buf: u64,
+    pub len: u64,
+    /// Report a CQ entry on success (errors are always reported).
+    pub report: bool,
+    /// MRs registered just for this operation (no descriptor given), deregistered at completion.
+    pub tmp_mrs: Vec<Lkey>,
+}
+
+/// A registered memory region of the provider.
+#[derive(Debug, Clone, Copy)]
+pub struct Mr {
+    pub va: u64,
+    pub len: u64,
+    pub lkey: Lkey,
+    pub rkey: Rkey,
+}
+
+/// One gather/scatter element of a request: address, length, lkey (resolved by the caller).
+#[derive(Debug, Clone, Copy)]
+pub struct Seg {
+    pub addr: u64,
+    pub len: u64,
+    pub lkey: Lkey,
+}
+
+/// A send-side request.
+#[derive(Debug, Clone)]
+pub struct SendReq {
+    pub opcode: SendOpcode,
+    pub segs: Vec<Seg>,
+    /// Copied at post time (fi_inject and small sends): the buffer is free on return.
+    pub inline: bool,
+    pub imm: Option<u32>,
+    pub remote: Option<(u64, Rkey)>,
+    pub atomic: (u64, u64),
+    pub dest: Option<u64>,
+    pub op: Op,
+}
+
+pub struct Engine {
+    host: &'static Mutex<Host>,
+    pub local: Local,
+    pub pd: PdHandle,
+    /// Completions of directions no CQ was bound for: polled and dropped.
+    pub discard_cq: CqHandle,
+    next_id: Id,
+    next_wr: u64,
+    pub cqs: HashMap<Id, Cq>,
+    pub eqs: HashMap<Id, Queue<EqEvent, EqError>>,
+    pub cntrs: HashMap<Id, Cntr>,
+    pub avs: HashMap<Id, Av>,
+    pub eps: HashMap<Id, Ep>,
+    pub peps: HashMap<Id, Pep>,
+    pub ops: HashMap<u64, Op>,
+    pub mrs: BTreeMap<u64, Vec<Mr>>,
+    conns: HashMap<ConnId, Id>,
+    /// rdma_cm port → passive endpoint
+    listeners: HashMap<u16, Id>,
+    next_port: u16,
+    /// Registered bounce area for inline sends of unregistered buffers.
+    pub bounce: Option<(&'static mut [u8], Lkey)>,
+    pub auto_progress: bool,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("local", &self.local).field("eps", &self.eps.len()).field("ops", &self.ops.len()).finish()
+    }
+}
+
+static ENGINE: OnceLock<Result<Mutex<Engine>, String>> = OnceLock::new();
+
+/// The local addresses from the configuration alone (no DPDK): what getinfo needs.
+pub fn local_from_config() -> Result<Local, String> {
+    if let Some(Ok(e)) = ENGINE.get() {
+        return Ok(lock_engine(e).local);
+    }
+    let c = droce_dpdk::host::HostConfig::from_env().map_err(|e| e.to_string())?;
+    Ok(Local { ip: addr::canon(c.ip), peer: c.peer.map(addr::canon) })
+}
+
+fn lock_engine(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The engine, opening the host (EAL, port, device, CM agent) on first use. `init` runs once
+/// with the fresh engine (the ffi layer registers the bounce area there).
+pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, String> {
+    let r = ENGINE.get_or_init(|| {
+        let host = droce_dpdk::host::global().map_err(|e| e.to_string())?;
+        let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
+        let local = Local { ip: addr::canon(h.local_ip()), peer: h.config().peer.map(addr::canon) };
+        let d = h.dev().device_mut();
+        let pd = d.alloc_pd();
+        let discard_cq = d.create_cq(DEV_CQ_DEPTH).map_err(|e| format!("create_cq: {e:?}"))?;
+        drop(h);
+        let mut e = Engine {
+            host,
+            local,
+            pd,
+            discard_cq,
+            next_id: 1,
+            next_wr: 1,
+            cqs: HashMap::new(),
+            eqs: HashMap::new(),
+            cntrs: HashMap::new(),
+            avs: HashMap::new(),
+            eps: HashMap::new(),
+            peps: HashMap::new(),
+            ops: HashMap::new(),
+            mrs: BTreeMap::new(),
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            next_port: 0xc000,
+            bounce: None,
+            auto_progress: false,
+        };
+        init(&mut e);
+        Ok(Mutex::new(e))
+    });
+    match r {
+        Ok(m) => Ok(lock_engine(m)),
+        Err(s) => Err(s.clone()),
+    }
+}
+
+/// The engine if it is already open (progress threads, close paths).
+pub fn engine_if_open() -> Option<MutexGuard<'static, Engine>> {
+    match ENGINE.get() {
+        Some(Ok(m)) => Some(lock_engine(m)),
+        _ => None,
+    }
+}
+
+impl Engine {
+    pub fn host(&self) -> MutexGuard<'static, Host> {
+        self.host.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn fresh_id(&mut self) -> Id {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    // ------------------------------------------------------------------ objects
+
+    pub fn open_cq(&mut self, want_fd: bool) -> Result<Id, Errno> {
+        let dev = self.host().dev().device_mut().create_cq(DEV_CQ_DEPTH).map_err(|_| fi::FI_ENOMEM)?;
+        let mut q = Queue::default();
+        if want_fd {
+            q.signal = Some(Signal::new().map_err(|_| fi::FI_ENOMEM)?);
+        }
+        let id = self.fresh_id();
+        self.cqs.insert(id, Cq { dev: Some(dev), q });
+        Ok(id)
+    }
+
+    pub fn close_cq(&mut self, id: Id) -> Result<(), Errno> {
+        if self.eps.values().any(|e| e.tx_cq == Some(id) || e.rx_cq == Some(id)) {
+            return Err(fi::FI_EBUSY);
+        }
+        if let Some(cq) = self.cqs.remove(&id) {
+            if let Some(d) = cq.dev {
+                let _ = self.host().dev().device_mut().destroy_cq(d);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn open_eq(&mut self, want_fd: bool) -> Result<Id, Errno> {
+        let mut q = Queue::default();
+        if want_fd {
+            q.signal = Some(Signal::new().map_err(|_| fi::FI_ENOMEM)?);
+        }
+        let id = self.fresh_id();
+        self.eqs.insert(id, q);
+        Ok(id)
+    }
+
+    pub fn add_mr(&mut self, mr: Mr) {
+        self.mrs.entry(mr.va).or_default().push(mr);
+    }
+
+    pub fn remove_mr(&mut self, lkey: Lkey) -> Option<Mr> {
+        let mut found = None;
+        for (va, v) in self.mrs.iter_mut() {
+            if let Some(i) = v.iter().position(|m| m.lkey == lkey) {
+                found = Some((*va, v.swap_remove(i)));
+                break;
+            }
+        }
+        let (va, mr) = found?;
+        if self.mrs.get(&va).is_some_and(|v| v.is_empty()) {
+            self.mrs.remove(&va);
+        }
+        let _ = self.host().dev().dereg_mr(mr.lkey);
+        Some(mr)
+    }
+
+    /// The lkey of a registered MR covering `addr..addr+len`.
+    pub fn find_mr(&self, addr: u64, len: u64) -> Option<Lkey> {
+        let end = addr.checked_add(len)?;
+        self.mrs.range(..=addr).rev().flat_map(|(_, v)| v.iter()).find(|m| m.va <= addr && end <= m.va + m.len).map(|m| m.lkey)
+    }
+
+    // ------------------------------------------------------------------ endpoints
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_ep(&mut self, ty: EpType, fid: usize, context: usize, src: EpAddr, peer: Option<EpAddr>, v6: bool, conn: Option<ConnId>) -> Id {
+        let id = self.fresh_id();
+        let state = if conn.is_some() { ConnState::Accepting } else { ConnState::Idle };
+        self.eps.insert(
+            id,
+            Ep {
+                ty,
+                fid,
+                context,
+                qp: None,
+                tx_cq: None,
+                rx_cq: None,
+                tx_selective: false,
+                rx_selective: false,
+                eq: None,
+                av: None,
+                cntrs: EpCntrs::default(),
+                conn,
+                state,
+                src,
+                peer,
+                v6,
+                tx_op_flags: 0,
+                rx_op_flags: 0,
+            },
+        );
+        id
+    }
+
+    fn dev_cq(&self, cq: Option<Id>) -> CqHandle {
+        cq.and_then(|c| self.cqs.get(&c)).and_then(|c| c.dev).unwrap_or(self.discard_cq)
+    }
+
+    /// fi_enable: the QP exists (RC: in INIT so that receives can be posted; UD: in RTS).
+    pub fn enable_ep(&mut self, id: Id) -> Result<(), Errno> {
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        if ep.qp.is_some() {
+            return Ok(());
+        }
+        let (ty, send_cq, recv_cq) = (ep.ty, self.dev_cq(ep.tx_cq), self.dev_cq(ep.rx_cq));
+        if ty == EpType::Dgram && ep.av.is_none() {
+            return Err(fi::FI_ENOAV);
+        }
+        let pd = self.pd;
+        let mut h = self.host();
+        let dev: &mut RoceDevice = h.dev();
+        let cap = QpCap {
+            max_send_wr: info::TX_SIZE as u32,
+            max_recv_wr: info::RX_SIZE as u32,
+            max_send_sge: info::IOV_LIMIT as u32,
+            max_recv_sge: info::IOV_LIMIT as u32,
+            max_inline_data: info::INJECT_SIZE as u32,
+        };
+        let qp_type = if ty == EpType::Msg { QpType::Rc } else { QpType::Ud };
+        let qp = dev
+            .device_mut()
+            .create_qp(QpInitAttr { qp_type, pd, send_cq, recv_cq, srq: None, cap, sq_sig_all: false })
+            .map_err(|_| fi::FI_ENOMEM)?;
+        let res = match ty {
+            EpType::Msg => droce_dpdk::roce::cm::to_init(dev, qp).map_err(|_| fi::FI_EIO),
+            EpType::Dgram => {
+                let d = dev.device_mut();
+                let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: QKey(UD_QKEY), ..QpAttr::default() };
+                let steps = [
+                    (a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY),
+                    (QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, QpAttrMask::STATE),
+                    (QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(0), ..QpAttr::default() }, QpAttrMask::STATE | QpAttrMask::SQ_PSN),
+                ];
+                steps.iter().try_for_each(|(a, m)| d.modify_qp(qp, a, *m).map_err(|_| fi::FI_EIO))
+            }
+        };
+        if let Err(e) = res {
+            let _ = dev.device_mut().destroy_qp(qp);
+            return Err(e);
+        }
+        let qpn = dev.device().query_qp(qp).map(|i| i.qp_num.value()).unwrap_or(0);
+        drop(h);
+        let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
+        ep.qp = Some(qp);
+        if ty == EpType::Dgram {
+            ep.src.qpn = Some(qpn);
+        }
+        Ok(())
+    }
+
+    pub fn close_ep(&mut self, id: Id) {
+        let Some(ep) = self.eps.remove(&id) else { return };
+        let mut h = self.host();
+        if let (Some(c), ConnState::Connected | ConnState::Connecting | ConnState::Accepting) = (ep.conn, ep.state) {
+            let (cm, dev) = h.cm_and_dev();
+            let _ = cm.disconnect(dev, c);
+        }
+        if let Some(qp) = ep.qp {
+            let _ = h.dev().device_mut().destroy_qp(qp);
+        }
+        drop(h);
+        if let Some(c) = ep.conn {
+            self.conns.remove(&c);
+        }
+        let dead: Vec<u64> = self.ops.iter().filter(|(_, o)| o.ep == id).map(|(k, _)| *k).collect();
+        for k in dead {
+            if let Some(o) = self.ops.remove(&k) {
+                for l in o.tmp_mrs {
+                    self.remove_mr(l);
+                }
+            }
+        }
+    }
+
+    pub fn new_pep(&mut self, fid: usize, context: usize, src: EpAddr) -> Id {
+        let id = self.fresh_id();
+        self.peps.insert(id, Pep { fid, context, eq: None, src, listening: None });
+        id
+    }
+
+    pub fn listen(&mut self, id: Id) -> Result<(), Errno> {
+        let mut port = self.peps.get(&id).ok_or(fi::FI_EINVAL)?.src.sa.port();
+        if port == 0 {
+            // An ephemeral rdma_cm port nobody listens on yet.
+            loop {
+                self.next_port = self.next_port.checked_add(1).unwrap_or(0xc000);
+                if !self.listeners.contains_key(&self.next_port) {
+                    break;
+                }
+            }
+            port = self.next_port;
+        } else if self.listeners.get(&port).is_some_and(|p| *p != id) {
+            return Err(fi::FI_EADDRINUSE);
+        }
+        let svc = self.host().cm_and_dev().0.listen(port);
+        self.listeners.insert(port, id);
+        let pep = self.peps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
+        pep.src.sa.set_port(port);
+        pep.listening = Some(svc);
+        Ok(())
+    }
+
+    pub fn close_pep(&mut self, id: Id) {
+        if let Some(p) = self.peps.remove(&id) {
+            if let Some(svc) = p.listening {
+                self.host().cm_and_dev().0.unlisten_service(svc);
+                self.listeners.remove(&p.src.sa.port());
+            }
+        }
+    }
+
+    pub fn connect(&mut self, id: Id, dst: EpAddr, data: &[u8]) -> Result<(), Errno> {
+        if data.len() as u64 > info::CM_DATA_SIZE {
+            return Err(fi::FI_EINVAL);
+        }
+        self.enable_ep(id)?;
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        if ep.state != ConnState::Idle || ep.eq.is_none() {
+            return Err(if ep.eq.is_none() { fi::FI_ENOEQ } else { fi::FI_EISCONN });
+        }
+        let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
+        let ip = addr::canon(self.local.resolve_dst(dst.sa.ip()));
+        let sa = SocketAddr::new(ip, dst.sa.port());
+        let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
+        let conn = {
+            let mut h = self.host();
+            let (cm, dev) = h.cm_and_dev();
+            cm.connect(dev, sa, qp, &p).map_err(|_| fi::FI_EHOSTUNREACH)?
+        };
+        self.conns.insert(conn, id);
+        let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
+        ep.conn = Some(conn);
+        ep.state = ConnState::Connecting;
+        ep.peer = Some(EpAddr::new(sa));
+        Ok(())
+    }
+
+    pub fn accept(&mut self, id: Id, data: &[u8]) -> Result<(), Errno> {
+        if data.len() as u64 > info::CM_DATA_SIZE {
+            return Err(fi::FI_EINVAL);
+        }
+        self.enable_ep(id)?;
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        let (Some(conn), ConnState::Accepting, Some(qp)) = (ep.conn, ep.state, ep.qp) else { return Err(fi::FI_EOPBADSTATE) };
+        if ep.eq.is_none() {
+            return Err(fi::FI_ENOEQ);
+        }
+        let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
+        {
+            let mut h = self.host();
+            let (cm, dev) = h.cm_and_dev();
+            cm.accept(dev, conn, qp, &p).map_err(|_| fi::FI_ECONNABORTED)?;
+        }
+        self.conns.insert(conn, id);
+        Ok(())
+    }
+
+    pub fn reject(&mut self, conn: ConnId, data: &[u8]) -> Result<(), Errno> {
+        self.host().cm_and_dev().0.reject(conn, &cm_encode(data)).map_err(|_| fi::FI_EINVAL)
+    }
+
+    pub fn shutdown(&mut self, id: Id) -> Result<(), Errno> {
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        let Some(conn) = ep.conn else { return Err(fi::FI_ENOTCONN) };
+        if ep.state == ConnState::Shutdown {
+            return Ok(());
+        }
+        {
+            let mut h = self.host();
+            let (cm, dev) = h.cm_and_dev();
+            let _ = cm.disconnect(dev, conn);
+        }
+        if let Some(ep) = self.eps.get_mut(&id) {
+            ep.state = ConnState::Shutdown;
+        }
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ data path
+
+    fn wr_id(&mut self) -> u64 {
+        let w = self.next_wr;
+        self.next_wr += 1;
+        w
+    }
+
+    pub fn post_send(&mut self, id: Id, r: SendReq) -> Result<(), Errno> {
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
+        let ud = if ep.ty == EpType::Dgram {
+            let av = ep.av.and_then(|a| self.avs.get(&a)).ok_or(fi::FI_ENOAV)?;
+            let d = r.dest.and_then(|f| av.lookup(f)).ok_or(fi::FI_EINVAL)?;
+            let qpn = d.qpn.ok_or(fi::FI_EADDRNOTAVAIL)?;
+            Some((d, qpn))
+        } else {
+            if !matches!(ep.state, ConnState::Connected) {
+                return Err(fi::FI_ENOTCONN);
+            }
+            None
+        };
+        let wr_id = self.wr_id();
+        let mut wr = SendWr::new(wr_id, r.opcode);
+        for s in &r.segs {
+            wr = wr.with_sge(s.addr, s.len as u32, s.lkey);
+        }
+        let mut flags = SendFlags::SIGNALED;
+        if r.inline {
+            flags = flags | SendFlags::INLINE;
+        }
+        wr = wr.with_flags(flags);
+        if let Some(i) = r.imm {
+            wr = wr.with_imm(i);
+        }
+        if let Some((va, rkey)) = r.remote {
+            wr = wr.with_remote(va, rkey);
+        }
+        if r.opcode.is_atomic() {
+            wr = wr.with_atomic(r.atomic.0, r.atomic.1);
+        }
+        let mut h = self.host();
+        if let Some((d, qpn)) = ud {
+            let dev = h.dev();
+            let ip = addr::canon(d.sa.ip());
+            let gid = gid_of(ip);
+            let sgid = dev.gid_index(&gid_of(self.local.ip)).unwrap_or(1);
+            let av = dev.av(gid, sgid);
+            wr = wr.with_ud(UdDest { av, remote_qpn: Qpn::new(qpn), remote_qkey: QKey(UD_QKEY) });
+        }
+        h.dev().device_mut().post_send(qp, wr).map_err(|e| {
+            use droce_transport::device::PostSendError as P;
+            match e {
+                P::QueueFull => fi::FI_EAGAIN,
+                P::MessageTooLong | P::InlineTooLong => fi::FI_EMSGSIZE,
+                P::InvalidState => fi::FI_EOPBADSTATE,
+                _ => fi::FI_EINVAL,
+            }
+        })?;
+        drop(h);
+        self.ops.insert(wr_id, r.op);
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, id: Id, segs: &[Seg], op: Op) -> Result<(), Errno> {
+        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
+        let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
+        let wr_id = self.wr_id();
+        let mut wr = RecvWr::new(wr_id);
+        for s in segs {
+            wr = wr.with_sge(s.addr, s.len as u32, s.lkey);
+        }
+        self.host().dev().device_mut().post_recv(qp, wr).map_err(|e| {
+            use droce_transport::device::PostRecvError as P;
+            match e {
+                P::QueueFull => fi::FI_EAGAIN,
+                P::InvalidState => fi::FI_EOPBADSTATE,
+                _ => fi::FI_EINVAL,
+            }
+        })?;
+        self.ops.insert(wr_id, op);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ progress
+
+    /// One progress step: the device and CM agent run, CM events and work completions are
+    /// turned into EQ events and CQ entries. Returns whether anything happened.
+    pub fn progress(&mut self) -> bool {
+        let mut h = self.host();
+        let mut work = h.progress();
+        let mut events = Vec::new();
+        {
+            let (cm, _) = h.cm_and_dev();
+            while let Some(e) = cm.poll_event() {
+                events.push(e);
+            }
+        }
+        let mut wcs: Vec<(Option<Id>, WorkCompletion)> = Vec::new();
+        let mut buf = [WorkCompletion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm_data: 0,
+            qp_num: Qpn::new(0),
+            src_qp: Qpn::new(0),
+            wc_flags: WcFlags::default(),
+            pkey_index: 0,
+        }; 32];
+        let mut cq_list: Vec<(Option<Id>, CqHandle)> = self.cqs.iter().filter_map(|(id, c)| c.dev.map(|d| (Some(*id), d))).collect();
+        cq_list.push((None, self.discard_cq));
+        for (id, d) in cq_list {
+            for _ in 0..64 {
+                let n = h.dev().device_mut().poll_cq(d, &mut buf).unwrap_or(0);
+                wcs.extend(buf[..n].iter().map(|w| (id, *w)));
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        // UD receives: the sender's address is in the GRH the device wrote.
+        let mut grh_src: HashMap<u64, IpAddr> = HashMap::new();
+        for (_, wc) in &wcs {
+            if let Some(op) = self.ops.get(&wc.wr_id) {
+                if op.kind == OpKind::Recv && wc.status == WcStatus::Success && self.eps.get(&op.ep).is_some_and(|e| e.ty == EpType::Dgram) {
+                    let mut g = [0u8; 40];
+                    if h.dev().read_mem(op.buf, &mut g).is_ok() {
+                        if let Some(ip) = grh_source(&g) {
+                            grh_src.insert(wc.wr_id, ip);
+                        }
+                    }
+                }
+            }
+        }
+        drop(h);
+        work |= !events.is_empty() || !wcs.is_empty();
+        for e in events {
+            self.cm_event(e);
+        }
+        for (cq, wc) in wcs {
+            self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());
+        }
+        work
+    }
+
+    fn cm_event(&mut self, e: CmAgentEvent) {
+        match e {
+            CmAgentEvent::ConnectRequest { id, src, dst, private_data, .. } => {
+                let Some(pep) = self.listeners.get(&dst.port()).and_then(|p| self.peps.get(p)) else {
+                    let _ = self.host().cm_and_dev().0.reject(id, &[]);
+                    return;
+                };
+                let ev = EqEvent::ConnReq { pep_fid: pep.fid, pep_context: pep.context, conn: id, src, dst, data: cm_decode(&private_data) };
+                match pep.eq.and_then(|q| self.eqs.get_mut(&q)) {
+                    Some(q) => q.push(ev),
+                    None => {
+                        let _ = self.host().cm_and_dev().0.reject(id, &[]);
+                    }
+                }
+            }
+            CmAgentEvent::Established { id, private_data, .. } => {
+                let Some(ep) = self.conns.get(&id).and_then(|e| self.eps.get_mut(e)) else { return };
+                ep.state = ConnState::Connected;
+                let data = if private_data.first() == Some(&CM_MAGIC) { cm_decode(&private_data) } else { Vec::new() };
+                let ev = EqEvent::Connected { fid: ep.fid, context: ep.context, data };
+                if let Some(q) = ep.eq.and_then(|q| self.eqs.get_mut(&q)) {
+                    q.push(ev);
+                }
+            }
+            CmAgentEvent::Rejected { id, private_data, .. } => self.conn_error(id, fi::FI_ECONNREFUSED, cm_decode(&private_data)),
+            CmAgentEvent::TimedOut { id } => self.conn_error(id, fi::FI_ETIMEDOUT, Vec::new()),
+            CmAgentEvent::Disconnected { id } => {
+                let Some(ep) = self.conns.get(&id).and_then(|e| self.eps.get_mut(e)) else { return };
+                let was = ep.state;
+                ep.state = ConnState::Shutdown;
+                if matches!(was, ConnState::Connected | ConnState::Shutdown) {
+                    let ev = EqEvent::Shutdown { fid: ep.fid, context: ep.context };
+                    if let Some(q) = ep.eq.and_then(|q| self.eqs.get_mut(&q)) {
+                        q.push(ev);
+                    }
+                } else {
+                    let (fid, context, eq) = (ep.fid, ep.context, ep.eq);
+                    if let Some(q) = eq.and_then(|q| self.eqs.get_mut(&q)) {
+                        q.push_error(EqError { fid, context, err: fi::FI_ECONNRESET, prov_errno: 0, data: Vec::new() });
+                    }
+                }
+            }
+        }
+    }
+
+    fn conn_error(&mut self, id: ConnId, err: Errno, data: Vec<u8>) {
+        let Some(ep) = self.conns.get(&id).and_then(|e| self.eps.get_mut(e)) else { return };
+        ep.state = ConnState::Shutdown;
+        let x = EqError { fid: ep.fid, context: ep.context, err, prov_errno: 0, data };
+        if let Some(q) = ep.eq.and_then(|q| self.eqs.get_mut(&q)) {
+            q.push_error(x);
+        }
+    }
+
+    fn bump(&mut self, c: Option<Id>, ok: bool) {
+        if let Some(c) = c.and_then(|c| self.cntrs.get_mut(&c)) {
+            if ok {
+                c.value += 1;
+            } else {
+                c.err += 1;
+            }
+        }
+    }
+
+    fn completion(&mut self, cq: Option<Id>, wc: WorkCompletion, grh_src: Option<IpAddr>) {
+        let Some(op) = self.ops.remove(&wc.wr_id) else { return };
+        for l in &op.tmp_mrs {
+            self.remove_mr(*l);
+        }
+        let Some(ep) = self.eps.get(&op.ep) else { return };
+        let ok = wc.status == WcStatus::Success;
+        let mut flags = op.flags;
+        let mut len = op.len;
+        let mut data = 0;
+        let mut src = ADDR_NOTAVAIL;
+        let cntr = match op.kind {
+            OpKind::Send => ep.cntrs.send,
+            OpKind::Recv => {
+                len = wc.byte_len as u64;
+                if wc.wc_flags.contains(WcFlags::WITH_IMM) {
+                    flags |= fi::FI_REMOTE_CQ_DATA as u64;
+                    data = wc.imm_data as u64;
+                }
+                if wc.opcode == WcOpcode::RecvRdmaWithImm {
+                    flags = fi::FI_RMA as u64 | fi::FI_REMOTE_WRITE as u64 | fi::FI_REMOTE_CQ_DATA as u64;
+                    len = 0;
+                }
+                if let (Some(ip), Some(av)) = (grh_src, ep.av.and_then(|a| self.avs.get(&a))) {
+                    src = av.reverse(ip, wc.src_qp.value());
+                }
+                ep.cntrs.recv
+            }
+            OpKind::Read | OpKind::Atomic => ep.cntrs.read,
+            OpKind::Write => ep.cntrs.write,
+        };
+        self.bump(cntr, ok);
+        let Some(cq) = cq.and_then(|c| self.cqs.get_mut(&c)) else { return };
+        let entry = CqEntry { op_context: op.context, flags, len, buf: if op.kind == OpKind::Recv { op.buf } else { 0 }, data, src };
+        if ok {
+            if op.report || op.kind == OpKind::Recv {
+                cq.q.push(entry);
+            }
+        } else {
+            let olen = if wc.status == WcStatus::LocLenErr { (wc.byte_len as u64).saturating_sub(op.len) } else { 0 };
+            cq.q.push_error(CqError { entry: CqEntry { len: 0, ..entry }, err: wc_errno(wc.status), prov_errno: wc.status.value() as i32, olen });
+        }
+    }
+
+    pub fn cq_read(&mut self, id: Id, max: usize) -> Result<Vec<CqEntry>, Errno> {
+        self.progress();
+        let cq = self.cqs.get_mut(&id).ok_or(fi::FI_EINVAL)?;
+        match cq.q.read(max) {
+            Read2::Entries(v) => Ok(v),
+            Read2::ErrorPending => Err(fi::FI_EAVAIL),
+            Read2::Empty => Err(fi::FI_EAGAIN),
+        }
+    }
+}
+
+pub fn gid_of(ip: IpAddr) -> Gid {
+    match ip {
+        IpAddr::V4(a) => Gid::from_ipv4(a),
+        IpAddr::V6(a) => Gid::from_ipv6(a),
+    }
+}
+
+/// The sender of a UD receive from its GRH area (IPv4: the IP header in the last 20 bytes,
+/// as rxe writes it; IPv6: the whole 40 bytes).
+pub fn grh_source(grh: &[u8; 40]) -> Option<IpAddr> {
+    if grh[0] >> 4 == 6 {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&grh[8..24]);
+        Some(addr::canon(IpAddr::from(a)))
+    } else if grh[20] >> 4 == 4 {
+        Some(IpAddr::from([grh[32], grh[33], grh[34], grh[35]]))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cm_data_round_trip_through_zero_padding() {
+        let d: Vec<u8> = (0..54).collect();
+        let mut wire = cm_encode(&d);
+        wire.resize(196, 0);
+        assert_eq!(cm_decode(&wire), d);
+        let mut short = cm_encode(b"hello");
+        short.resize(56, 0);
+        assert_eq!(cm_decode(&short), b"hello");
+        assert!(cm_decode(&[0u8; 56]).is_empty(), "a peer that sent none");
+        assert!(cm_decode(&[CM_MAGIC, 9, 1]).is_empty(), "length beyond the data");
+    }
+
+    #[test]
+    fn av_insert_lookup_remove_reverse() {
+        let mut av = Av::default();
+        let a = EpAddr::with_qpn("10.77.0.2:0".parse().unwrap(), 0x11);
+        let b = EpAddr::with_qpn("10.77.0.2:0".parse().unwrap(), 0x12);
+        assert_eq!(av.insert(a), 0);
+        assert_eq!(av.insert(b), 1);
+        assert_eq!(av.lookup(1), Some(b));
+        assert_eq!(av.reverse("10.77.0.2".parse().unwrap(), 0x12), 1);
+        assert_eq!(av.reverse("10.77.0.3".parse().unwrap(), 0x12), ADDR_NOTAVAIL);
+        assert!(av.remove(0));
+        assert!(!av.remove(0));
+        assert_eq!(av.lookup(0), None);
+        assert_eq!(av.insert(b), 0, "slots are reused");
+    }
+
+    #[test]
+    fn grh_sources() {
+        let mut g = [0u8; 40];
+        g[20] = 0x45;
+        g[32..36].copy_from_slice(&[10, 77, 0, 2]);
+        assert_eq!(grh_source(&g), Some("10.77.0.2".parse().unwrap()));
+        let mut g6 = [0u8; 40];
+        g6[0] = 0x60;
+        g6[8..24].copy_from_slice(&"fd00::7".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!(grh_source(&g6), Some("fd00::7".parse().unwrap()));
+        assert_eq!(grh_source(&[0u8; 40]), None);
+    }
+
+    #[test]
+    fn status_mapping() {
+        assert_eq!(wc_errno(WcStatus::WrFlushErr), fi::FI_ECANCELED);
+        assert_eq!(wc_errno(WcStatus::LocLenErr), fi::FI_ETRUNC);
+        assert_eq!(wc_errno(WcStatus::RemAccessErr), fi::FI_EACCES);
+        assert!(wc_status_str(WcStatus::RnrRetryExcErr.value() as i32).contains("RNR"));
+    }
+}

@@ -1,0 +1,759 @@
+//! Endpoints: active (FI_EP_MSG on RC, FI_EP_DGRAM on UD), passive (listen), connection
+//! requests, CM ops, and the data path (msg, rma).
+
+use super::domain::{lkey_of, register, AvObj, CntrObj, CqObj, EqObj};
+use super::sys::*;
+use super::*;
+use crate::engine::{self, Engine, Id, Op, OpKind, SendReq, Seg};
+use crate::info as pinfo;
+use droce_dpdk::roce::cm::ConnId;
+use droce_transport::verbs::{AccessFlags, SendOpcode};
+use droce_transport::{Lkey, Rkey};
+
+// ---------------------------------------------------------------------------- connreq
+
+#[repr(C)]
+pub(crate) struct ConnReqObj {
+    f: fid,
+    conn: ConnId,
+}
+const _: () = assert!(std::mem::offset_of!(ConnReqObj, f) == 0);
+
+static CONNREQ_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(connreq_close),
+    bind: nosys!(fn(*mut fid, *mut fid, u64) -> c_int),
+    control: nosys!(fn(*mut fid, c_int, *mut c_void) -> c_int),
+    ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
+    tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
+    ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
+};
+
+pub(crate) fn connreq_new(conn: ConnId) -> *mut fid {
+    Box::into_raw(Box::new(ConnReqObj { f: fid { fclass: FI_CLASS_CONNREQ as usize, context: ptr::null_mut(), ops: ops_ptr(&CONNREQ_FI_OPS) }, conn })) as *mut fid
+}
+
+/// Takes a connection request handle (frees it): its connection id.
+fn connreq_take(h: *mut fid) -> Option<ConnId> {
+    let f = opt(h)?;
+    if f.fclass as u32 != FI_CLASS_CONNREQ {
+        return None;
+    }
+    // SAFETY: an FI_CLASS_CONNREQ fid is the first field of a ConnReqObj from connreq_new;
+    // the handle is consumed here (fi_endpoint / fi_reject take ownership).
+    let b = unsafe { Box::from_raw(h as *mut ConnReqObj) };
+    Some(b.conn)
+}
+
+unsafe extern "C" fn connreq_close(f: *mut fid) -> c_int {
+    guard(EOTHER_I, || {
+        let _ = connreq_take(f);
+        0
+    })
+}
+
+// ---------------------------------------------------------------------------- ops tables
+
+#[repr(C)]
+pub(crate) struct EpObj {
+    e: fid_ep,
+    id: Id,
+}
+const _: () = assert!(std::mem::offset_of!(EpObj, e) == 0);
+
+#[repr(C)]
+pub(crate) struct PepObj {
+    p: fid_pep,
+    id: Id,
+    v6: bool,
+}
+const _: () = assert!(std::mem::offset_of!(PepObj, p) == 0);
+
+static EP_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(ep_close),
+    bind: Some(ep_bind),
+    control: Some(ep_control),
+    ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
+    tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
+    ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
+};
+
+static PEP_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(pep_close),
+    bind: Some(pep_bind),
+    control: nosys!(fn(*mut fid, c_int, *mut c_void) -> c_int),
+    ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
+    tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
+    ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
+};
+
+static EP_OPS: fi_ops_ep = fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+    tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+};
+
+static CM_OPS: fi_ops_cm = fi_ops_cm {
+    size: std::mem::size_of::<fi_ops_cm>(),
+    setname: nosys!(fn(fid_t, *mut c_void, usize) -> c_int),
+    getname: Some(getname),
+    getpeer: Some(getpeer),
+    connect: Some(connect),
+    listen: Some(listen),
+    accept: Some(accept),
+    reject: Some(reject),
+    shutdown: Some(shutdown),
+    join: nosys!(fn(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int),
+};
+
+static MSG_OPS: fi_ops_msg = fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(recv),
+    recvv: Some(recvv),
+    recvmsg: Some(recvmsg),
+    send: Some(send),
+    sendv: Some(sendv),
+    sendmsg: Some(sendmsg),
+    inject: Some(inject),
+    senddata: Some(senddata),
+    injectdata: Some(injectdata),
+};
+
+static RMA_OPS: fi_ops_rma = fi_ops_rma {
+    size: std::mem::size_of::<fi_ops_rma>(),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
+};
+
+static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
+    size: std::mem::size_of::<fi_ops_tagged>(),
+    recv: nosys!(fn(*mut fid_ep, *mut c_void, usize, *mut c_void, fi_addr_t, u64, u64, *mut c_void) -> isize),
+    recvv: nosys!(fn(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, u64, *mut c_void) -> isize),
+    recvmsg: nosys!(fn(*mut fid_ep, *const fi_msg_tagged, u64) -> isize),
+    send: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, *mut c_void) -> isize),
+    sendv: nosys!(fn(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, u64, *mut c_void) -> isize),
+    sendmsg: nosys!(fn(*mut fid_ep, *const fi_msg_tagged, u64) -> isize),
+    inject: nosys!(fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64) -> isize),
+    senddata: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, u64, *mut c_void) -> isize),
+    injectdata: nosys!(fn(*mut fid_ep, *const c_void, usize, u64, fi_addr_t, u64) -> isize),
+};
+
+static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
+    size: std::mem::size_of::<fi_ops_atomic>(),
+    write: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    writev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    writemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, u64) -> isize),
+    inject: nosys!(fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize),
+    readwrite: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    readwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    readwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
+    compwrite: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    compwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    compwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
+    writevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
+    readwritevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
+    compwritevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
+};
+
+static PEP_EP_OPS: fi_ops_ep = fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
+    getopt: Some(getopt),
+    setopt: Some(setopt),
+    tx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+    tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+};
+
+// ---------------------------------------------------------------------------- open/close
+
+fn engine_or<R>(err: R) -> Result<std::sync::MutexGuard<'static, Engine>, R> {
+    open_engine().map_err(|_| err)
+}
+
+pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, context: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        if ep.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        let Some(v) = view(info) else { return -(FI_EINVAL as c_int) };
+        let conn = if v.handle.is_null() {
+            None
+        } else {
+            let c = connreq_take(v.handle);
+            // SAFETY: info is the caller's fi_info; the handle was consumed above.
+            unsafe { (*info).handle = ptr::null_mut() };
+            if c.is_none() {
+                return -(FI_EINVAL as c_int);
+            }
+            c
+        };
+        let mut e = match engine_or(-(FI_ENODEV as c_int)) {
+            Ok(e) => e,
+            Err(x) => return x,
+        };
+        let local = e.local;
+        let mut src = v.src.unwrap_or(EpAddr::new(std::net::SocketAddr::new(local.ip, 0)));
+        src.sa.set_ip(local.ip);
+        src.qpn = None;
+        let peer = v.dest.map(|mut d| {
+            d.sa.set_ip(crate::addr::canon(local.resolve_dst(d.sa.ip())));
+            d
+        });
+        let b = Box::new(EpObj {
+            e: fid_ep {
+                fid: fid { fclass: FI_CLASS_EP as usize, context, ops: ops_ptr(&EP_FI_OPS) },
+                ops: ops_ptr(&EP_OPS),
+                cm: ops_ptr(&CM_OPS),
+                msg: ops_ptr(&MSG_OPS),
+                rma: ops_ptr(&RMA_OPS),
+                tagged: ops_ptr(&TAGGED_OPS),
+                atomic: ops_ptr(&ATOMIC_OPS),
+                collective: ptr::null_mut(),
+            },
+            id: 0,
+        });
+        let raw = Box::into_raw(b);
+        let id = e.new_ep(v.ep_type, raw as usize, context as usize, src, peer, v.v6, conn);
+        if let Some(x) = e.eps.get_mut(&id) {
+            x.tx_op_flags = v.tx_op_flags;
+            x.rx_op_flags = v.rx_op_flags;
+        }
+        // SAFETY: raw is the fresh EpObj; out checked.
+        unsafe {
+            (*raw).id = id;
+            *ep = raw as *mut fid_ep;
+        }
+        0
+    })
+}
+
+fn ep_obj(ep: *const fid_ep) -> Option<&'static EpObj> {
+    opt(ep as *const EpObj)
+}
+
+unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
+    guard(EOTHER_I, || {
+        if f.is_null() {
+            return 0;
+        }
+        // SAFETY: f is the fid of an EpObj; freed once here.
+        let b = unsafe { Box::from_raw(f as *mut EpObj) };
+        if let Some(mut e) = engine::engine_if_open() {
+            e.close_ep(b.id);
+        }
+        0
+    })
+}
+
+fn bound_id(f: *mut fid) -> Option<(u32, Id)> {
+    let c = opt(f)?.fclass as u32;
+    // SAFETY: fids of these classes are ours and sit first in their objects.
+    let id = unsafe {
+        match c {
+            FI_CLASS_CQ => (*(f as *const CqObj)).id,
+            FI_CLASS_EQ => (*(f as *const EqObj)).id,
+            FI_CLASS_CNTR => (*(f as *const CntrObj)).id,
+            FI_CLASS_AV => (*(f as *const AvObj)).id,
+            _ => return None,
+        }
+    };
+    Some((c, id))
+}
+
+unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = opt(f as *const EpObj) else { return -(FI_EINVAL as c_int) };
+        let Some((class, id)) = bound_id(bfid) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        let Some(ep) = e.eps.get_mut(&o.id) else { return -(FI_EINVAL as c_int) };
+        if ep.qp.is_some() && class == FI_CLASS_CQ {
+            return -(FI_EOPBADSTATE as c_int);
+        }
+        let sel = flags & FI_SELECTIVE_COMPLETION != 0;
+        match class {
+            FI_CLASS_CQ => {
+                if flags & FI_TRANSMIT as u64 != 0 {
+                    ep.tx_cq = Some(id);
+                    ep.tx_selective = sel;
+                }
+                if flags & FI_RECV as u64 != 0 {
+                    ep.rx_cq = Some(id);
+                    ep.rx_selective = sel;
+                }
+                if flags & (FI_TRANSMIT | FI_RECV) as u64 == 0 {
+                    return -(FI_EINVAL as c_int);
+                }
+            }
+            FI_CLASS_EQ => ep.eq = Some(id),
+            FI_CLASS_AV => ep.av = Some(id),
+            FI_CLASS_CNTR => {
+                let c = &mut ep.cntrs;
+                if flags & FI_SEND as u64 != 0 {
+                    c.send = Some(id);
+                }
+                if flags & FI_RECV as u64 != 0 {
+                    c.recv = Some(id);
+                }
+                if flags & FI_READ as u64 != 0 {
+                    c.read = Some(id);
+                }
+                if flags & FI_WRITE as u64 != 0 {
+                    c.write = Some(id);
+                }
+                if flags & FI_REMOTE_READ as u64 != 0 {
+                    c.remote_read = Some(id);
+                }
+                if flags & FI_REMOTE_WRITE as u64 != 0 {
+                    c.remote_write = Some(id);
+                }
+            }
+            _ => return -(FI_EINVAL as c_int),
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = opt(f as *const EpObj) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        match command as u32 {
+            FI_ENABLE => ret_int(e.enable_ep(o.id)),
+            FI_GETOPSFLAG | FI_SETOPSFLAG if !arg.is_null() => {
+                let Some(ep) = e.eps.get_mut(&o.id) else { return -(FI_EINVAL as c_int) };
+                // SAFETY: these commands pass a u64*.
+                let flags = unsafe { &mut *(arg as *mut u64) };
+                let tx = *flags & FI_TRANSMIT as u64 != 0;
+                let rx = *flags & FI_RECV as u64 != 0;
+                if tx == rx {
+                    return -(FI_EINVAL as c_int);
+                }
+                let slot = if tx { &mut ep.tx_op_flags } else { &mut ep.rx_op_flags };
+                if command as u32 == FI_GETOPSFLAG {
+                    *flags = *slot | if tx { FI_TRANSMIT as u64 } else { FI_RECV as u64 };
+                } else {
+                    *slot = *flags & !((FI_TRANSMIT | FI_RECV) as u64);
+                }
+                0
+            }
+            _ => -(FI_ENOSYS as c_int),
+        }
+    })
+}
+
+unsafe extern "C" fn getopt(_f: fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> c_int {
+    guard(EOTHER_I, || {
+        if level as u32 != FI_OPT_ENDPOINT {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        if optname as u32 == FI_OPT_CM_DATA_SIZE {
+            if optval.is_null() || optlen.is_null() {
+                return -(FI_EINVAL as c_int);
+            }
+            // SAFETY: FI_OPT_CM_DATA_SIZE takes a size_t* and its length.
+            unsafe {
+                if *optlen < std::mem::size_of::<usize>() {
+                    return -(FI_ETOOSMALL as c_int);
+                }
+                *(optval as *mut usize) = pinfo::CM_DATA_SIZE as usize;
+                *optlen = std::mem::size_of::<usize>();
+            }
+            return 0;
+        }
+        -(FI_ENOPROTOOPT as c_int)
+    })
+}
+
+unsafe extern "C" fn setopt(_f: fid_t, _level: c_int, _optname: c_int, _optval: *const c_void, _optlen: usize) -> c_int {
+    guard(EOTHER_I, || -(FI_ENOPROTOOPT as c_int))
+}
+
+// ---------------------------------------------------------------------------- passive ep
+
+pub(crate) unsafe extern "C" fn pep_open(_f: *mut fid_fabric, info: *mut fi_info, pep: *mut *mut fid_pep, context: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        if pep.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        let v = view(info);
+        let mut e = match engine_or(-(FI_ENODEV as c_int)) {
+            Ok(e) => e,
+            Err(x) => return x,
+        };
+        let local = e.local;
+        let mut src = v.as_ref().and_then(|v| v.src).unwrap_or(EpAddr::new(std::net::SocketAddr::new(local.ip, 0)));
+        if !local.is_local(src.sa.ip()) {
+            return -(FI_EADDRNOTAVAIL as c_int);
+        }
+        src.sa.set_ip(local.ip);
+        let b = Box::new(PepObj {
+            p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&PEP_EP_OPS), cm: ops_ptr(&CM_OPS) },
+            id: 0,
+            v6: v.as_ref().is_some_and(|v| v.v6),
+        });
+        let raw = Box::into_raw(b);
+        let id = e.new_pep(raw as usize, context as usize, src);
+        // SAFETY: fresh object; out checked.
+        unsafe {
+            (*raw).id = id;
+            *pep = raw as *mut fid_pep;
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn pep_close(f: *mut fid) -> c_int {
+    guard(EOTHER_I, || {
+        if f.is_null() {
+            return 0;
+        }
+        // SAFETY: f is the fid of a PepObj; freed once here.
+        let b = unsafe { Box::from_raw(f as *mut PepObj) };
+        if let Some(mut e) = engine::engine_if_open() {
+            e.close_pep(b.id);
+        }
+        0
+    })
+}
+
+unsafe extern "C" fn pep_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = opt(f as *const PepObj) else { return -(FI_EINVAL as c_int) };
+        let Some((FI_CLASS_EQ, id)) = bound_id(bfid) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        match e.peps.get_mut(&o.id) {
+            Some(p) => {
+                p.eq = Some(id);
+                0
+            }
+            None => -(FI_EINVAL as c_int),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------- CM
+
+unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(fr) = opt(f) else { return -(FI_EINVAL as c_int) };
+        let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        let bytes = match fr.fclass as u32 {
+            FI_CLASS_PEP => {
+                // SAFETY: an FI_CLASS_PEP fid of ours is the first field of a PepObj.
+                let o = unsafe { &*(f as *const PepObj) };
+                match e.peps.get(&o.id) {
+                    Some(p) => p.src.to_bytes(o.v6),
+                    None => return -(FI_EINVAL as c_int),
+                }
+            }
+            FI_CLASS_EP => {
+                // SAFETY: an FI_CLASS_EP fid of ours is the first field of an EpObj.
+                let o = unsafe { &*(f as *const EpObj) };
+                match e.eps.get(&o.id) {
+                    Some(ep) => ep.src.to_bytes(ep.v6),
+                    None => return -(FI_EINVAL as c_int),
+                }
+            }
+            _ => return -(FI_EINVAL as c_int),
+        };
+        write_out(addr, addrlen, &bytes)
+    })
+}
+
+unsafe extern "C" fn getpeer(ep: *mut fid_ep, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as c_int) };
+        let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        match e.eps.get(&o.id).and_then(|x| x.peer.map(|p| (p, x.v6))) {
+            Some((p, v6)) => write_out(addr, addrlen, &p.to_bytes(v6)),
+            None => -(FI_ENOTCONN as c_int),
+        }
+    })
+}
+
+fn param_bytes(param: *const c_void, len: usize) -> Vec<u8> {
+    if param.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's private data of `len` bytes.
+    unsafe { std::slice::from_raw_parts(param as *const u8, len) }.to_vec()
+}
+
+unsafe extern "C" fn connect(ep: *mut fid_ep, addr: *const c_void, param: *const c_void, paramlen: usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        let dst = match read_sockaddr(addr).or_else(|| e.eps.get(&o.id).and_then(|x| x.peer)) {
+            Some(d) => d,
+            None => return -(FI_EINVAL as c_int),
+        };
+        ret_int(e.connect(o.id, dst, &param_bytes(param, paramlen)))
+    })
+}
+
+unsafe extern "C" fn listen(pep: *mut fid_pep) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = opt(pep as *const PepObj) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        if e.peps.get(&o.id).is_some_and(|p| p.eq.is_none()) {
+            return -(FI_ENOEQ as c_int);
+        }
+        ret_int(e.listen(o.id))
+    })
+}
+
+unsafe extern "C" fn accept(ep: *mut fid_ep, param: *const c_void, paramlen: usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        ret_int(e.accept(o.id, &param_bytes(param, paramlen)))
+    })
+}
+
+unsafe extern "C" fn reject(_pep: *mut fid_pep, handle: fid_t, param: *const c_void, paramlen: usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(conn) = connreq_take(handle) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        ret_int(e.reject(conn, &param_bytes(param, paramlen)))
+    })
+}
+
+unsafe extern "C" fn shutdown(ep: *mut fid_ep, _flags: u64) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        ret_int(e.shutdown(o.id))
+    })
+}
+
+// ---------------------------------------------------------------------------- data path
+
+/// The scatter/gather list of an operation: descriptors give lkeys; without one, a
+/// registered MR covering the range, else a registration just for this operation.
+fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut Vec<Lkey>) -> Result<Vec<Seg>, u32> {
+    let mut v = Vec::with_capacity(iov.len());
+    for (i, &(addr, len)) in iov.iter().enumerate() {
+        if len == 0 {
+            continue;
+        }
+        let lkey = match desc.get(i).copied().and_then(lkey_of) {
+            Some(l) => l,
+            None => match e.find_mr(addr, len) {
+                Some(l) => l,
+                None => {
+                    let m = register(e, addr, len, AccessFlags::LOCAL_WRITE)?;
+                    tmp.push(m.lkey);
+                    m.lkey
+                }
+            },
+        };
+        v.push(Seg { addr, len, lkey });
+    }
+    Ok(v)
+}
+
+fn iovs(iov: *const iovec, count: usize) -> Vec<(u64, u64)> {
+    if iov.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: `count` iovecs at iov.
+    unsafe { std::slice::from_raw_parts(iov, count) }.iter().map(|v| (v.iov_base as u64, v.iov_len as u64)).collect()
+}
+
+fn descs(desc: *mut *mut c_void, count: usize) -> Vec<*mut c_void> {
+    if desc.is_null() {
+        return vec![ptr::null_mut(); count];
+    }
+    // SAFETY: `count` descriptors at desc.
+    unsafe { std::slice::from_raw_parts(desc, count) }.to_vec()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tx {
+    Send,
+    Write(u64, u64),
+    Read(u64, u64),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: u64, context: *mut c_void, flags: Option<u64>, imm: Option<u64>, kind: Tx, inject: bool) -> isize {
+    let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
+    let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
+    let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
+    let total: u64 = iov.iter().map(|v| v.1).sum();
+    let op_flags = flags.unwrap_or(x.tx_op_flags);
+    let inject = inject || op_flags & FI_INJECT as u64 != 0;
+    let report = !inject && (!x.tx_selective || op_flags & FI_COMPLETION as u64 != 0);
+    if inject && total > pinfo::INJECT_SIZE {
+        return -(FI_EMSGSIZE as isize);
+    }
+    let mut tmp = Vec::new();
+    // Small sends and writes go inline: copied now, the buffer is free when the call returns.
+    let inline = !matches!(kind, Tx::Read(..)) && total <= pinfo::INJECT_SIZE && e.bounce.is_some();
+    let segs = if inline && total > 0 {
+        let (area, lkey) = e.bounce.as_mut().map(|(a, l)| (a.as_mut_ptr(), *l)).unwrap_or((ptr::null_mut(), Lkey(0)));
+        let mut off = 0usize;
+        for &(a, l) in &iov {
+            // SAFETY: the caller's buffers hold the bytes they describe; the bounce area is
+            // BOUNCE_LEN (>= INJECT_SIZE) bytes and only used under the engine lock.
+            unsafe { ptr::copy_nonoverlapping(a as *const u8, area.add(off), l as usize) };
+            off += l as usize;
+        }
+        vec![Seg { addr: area as u64, len: total, lkey }]
+    } else {
+        match segments(&mut e, &iov, &desc, &mut tmp) {
+            Ok(s) => s,
+            Err(x) => return -(x as isize),
+        }
+    };
+    let (opcode, remote, kflags, okind) = match kind {
+        Tx::Send => (if imm.is_some() { SendOpcode::SendImm } else { SendOpcode::Send }, None, FI_SEND as u64 | FI_MSG as u64, OpKind::Send),
+        Tx::Write(a, k) => (if imm.is_some() { SendOpcode::WriteImm } else { SendOpcode::Write }, Some((a, Rkey(k as u32))), FI_RMA as u64 | FI_WRITE as u64, OpKind::Write),
+        Tx::Read(a, k) => (SendOpcode::Read, Some((a, Rkey(k as u32))), FI_RMA as u64 | FI_READ as u64, OpKind::Read),
+    };
+    let first = iov.first().map(|v| v.0).unwrap_or(0);
+    let op = Op { ep: o.id, kind: okind, context: context as usize, flags: kflags, buf: first, len: total, report, tmp_mrs: tmp.clone() };
+    let r = e.post_send(o.id, SendReq { opcode, segs, inline, imm: imm.map(|d| d as u32), remote, atomic: (0, 0), dest: Some(dest), op });
+    if r.is_err() {
+        for l in tmp {
+            e.remove_mr(l);
+        }
+    }
+    ret_ssize(r)
+}
+
+fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, context: *mut c_void) -> isize {
+    let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
+    let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
+    if e.eps.get(&o.id).is_some_and(|x| x.qp.is_none()) {
+        return -(FI_EOPBADSTATE as isize);
+    }
+    let mut tmp = Vec::new();
+    let segs = match segments(&mut e, &iov, &desc, &mut tmp) {
+        Ok(s) => s,
+        Err(x) => return -(x as isize),
+    };
+    let total: u64 = iov.iter().map(|v| v.1).sum();
+    let first = iov.first().map(|v| v.0).unwrap_or(0);
+    let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone() };
+    let r = e.post_recv(o.id, &segs, op);
+    if r.is_err() {
+        for l in tmp {
+            e.remove_mr(l);
+        }
+    }
+    ret_ssize(r)
+}
+
+unsafe extern "C" fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, _src: fi_addr_t, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_rx(ep, vec![(buf as u64, len as u64)], vec![desc], context))
+}
+
+unsafe extern "C" fn recvv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, _src: fi_addr_t, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_rx(ep, iovs(iov, count), descs(desc, count), context))
+}
+
+unsafe extern "C" fn recvmsg(ep: *mut fid_ep, msg: *const fi_msg, _flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        post_rx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.context)
+    })
+}
+
+unsafe extern "C" fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest: fi_addr_t, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, None, Tx::Send, false))
+}
+
+unsafe extern "C" fn sendv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest: fi_addr_t, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), dest, context, None, None, Tx::Send, false))
+}
+
+unsafe extern "C" fn sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let imm = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Send, false)
+    })
+}
+
+unsafe extern "C" fn inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Send, true))
+}
+
+unsafe extern "C" fn senddata(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest: fi_addr_t, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, Some(data), Tx::Send, false))
+}
+
+unsafe extern "C" fn injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Send, true))
+}
+
+unsafe extern "C" fn rma_read(ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, src: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], src, context, None, None, Tx::Read(addr, key), false))
+}
+
+unsafe extern "C" fn rma_readv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, src: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), src, context, None, None, Tx::Read(addr, key), false))
+}
+
+fn rma_target(m: &fi_msg_rma) -> Option<(u64, u64)> {
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return None;
+    }
+    // SAFETY: one fi_rma_iov as counted.
+    let r = unsafe { *m.rma_iov };
+    Some((r.addr, r.key))
+}
+
+unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let Some((a, k)) = rma_target(m) else { return -(FI_EINVAL as isize) };
+        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), None, Tx::Read(a, k), false)
+    })
+}
+
+unsafe extern "C" fn rma_write(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, None, Tx::Write(addr, key), false))
+}
+
+unsafe extern "C" fn rma_writev(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), dest, context, None, None, Tx::Write(addr, key), false))
+}
+
+unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let Some((a, k)) = rma_target(m) else { return -(FI_EINVAL as isize) };
+        let imm = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Write(a, k), false)
+    })
+}
+
+unsafe extern "C" fn rma_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t, addr: u64, key: u64) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Write(addr, key), true))
+}
+
+unsafe extern "C" fn rma_writedata(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, Some(data), Tx::Write(addr, key), false))
+}
+
+unsafe extern "C" fn rma_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t, addr: u64, key: u64) -> isize {
+    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Write(addr, key), true))
+}
