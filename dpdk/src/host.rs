@@ -29,6 +29,7 @@
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
 //! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU), `progress` (`manual` | `thread`),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
+//! `mbufs` (pool size, default 8191),
 //! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`
 //! (EAL `--log-level`, default `error`), `faults` (fault injection spec, a test feature),
 //! `pcap` (capture file), `eal`* (extra EAL arguments, split at white space).
@@ -62,6 +63,9 @@ use std::time::{Duration, Instant};
 
 /// How long a zero-config (memif) client keeps retrying to reach its server at `Host::open`.
 pub const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Mbufs in the host's pool unless the conf says `mbufs = N` (≈ 20 MB at 2 KiB each).
+pub const DEFAULT_MBUFS: u32 = 8191;
 
 /// Addresses of the zero-config link: server, client.
 pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -101,6 +105,8 @@ pub struct HostConfig {
     pub faults: Option<FaultConfig>,
     pub pcap: Option<PathBuf>,
     pub rank: Option<u32>,
+    /// Mbufs in the pool (conf key `mbufs`, default [`DEFAULT_MBUFS`]).
+    pub mbufs: u32,
     /// Where this config came from, for messages: "DROCE_CONF=/x.conf rank 3", ...
     pub source: String,
     /// Set for the zero-config default: this process's end of the memif pair.
@@ -214,7 +220,7 @@ fn parse_progress(v: &str) -> Option<Progress> {
     }
 }
 
-const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hugepages, memory, lcore, log-level, faults, pcap, eal";
+const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hugepages, memory, mbufs, lcore, log-level, faults, pcap, eal";
 
 /// Distinguishes the `--file-prefix` of successive EAL attempts in one process.
 static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -271,6 +277,7 @@ impl HostConfig {
         let mut seen: Vec<(&str, usize)> = Vec::new();
         let (mut port, mut ip, mut peer, mut mtu, mut progress) = (None, None, None, None, Progress::Manual);
         let (mut huge, mut memory, mut lcore, mut log_level, mut faults, mut pcap) = (false, 256u32, None, "error".to_string(), None, None);
+        let mut mbufs = DEFAULT_MBUFS;
         for (no, raw) in text.lines().enumerate() {
             let no = no + 1;
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -288,7 +295,7 @@ impl HostConfig {
             }
             let single = matches!(
                 key,
-                "port" | "ip" | "peer" | "mtu" | "progress" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap"
+                "port" | "ip" | "peer" | "mtu" | "progress" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap" | "mbufs"
             );
             if single {
                 if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
@@ -329,6 +336,9 @@ impl HostConfig {
                 "log-level" => log_level = value,
                 "faults" => faults = Some(value.parse::<FaultConfig>().map_err(|e| at(e.to_string()))?),
                 "pcap" => pcap = Some(PathBuf::from(value)),
+                "mbufs" => {
+                    mbufs = value.parse().ok().filter(|m| (1023..=1 << 20).contains(m)).ok_or_else(|| at(format!("'{value}': want a count from 1023 to 1048576")))?
+                }
                 _ => return Err(cfg_err(format!("line {no}: unknown key '{key}' (known: {KEYS})"))),
             }
         }
@@ -370,6 +380,7 @@ impl HostConfig {
             faults,
             pcap,
             rank,
+            mbufs,
             source: "conf text".into(),
             link: None,
         })
@@ -561,7 +572,7 @@ impl Host {
         };
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
-        let n = if jumbo { 8191 } else { 16383 };
+        let n = cfg.mbufs;
         let pool = Arc::new(
             Mempool::create("droce_host", &MempoolConfig { n, data_room, ..Default::default() })
                 .map_err(|e| HostError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise `memory` in the conf)")))?,
@@ -990,7 +1001,7 @@ mod tests {
     fn every_key() {
         let text = "vdev = net_memif0,role=server\nvdev=net_ring0\nallow = 0000:01:00.0\nport = net_ring0\nip = fd00::{rank}\n\
                     peer = fd00::9\nneighbour = fd00::9 02:00:00:00:00:09\nneighbor = 10.0.0.1 2:0:0:0:0:a\nmtu = 9000\n\
-                    hugepages = yes\nlcore = 1\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
+                    hugepages = yes\nlcore = 1\nmbufs = 4095\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
                     eal = --in-memory  -n 4\n";
         let c = p(text, Some(7)).unwrap();
         assert_eq!(c.ip, "fd00::7".parse::<IpAddr>().unwrap());
@@ -999,6 +1010,7 @@ mod tests {
         assert_eq!(c.neighbours.len(), 2);
         assert_eq!(c.neighbours[1].1, [2, 0, 0, 0, 0, 0xa]);
         assert_eq!(c.eth_mtu, Some(9000));
+        assert_eq!(c.mbufs, 4095);
         assert!(c.faults.unwrap().rx.drop == 0.5 && c.faults.unwrap().seed == 3);
         assert_eq!(c.pcap, Some(PathBuf::from(format!("/tmp/x{}.pcap", std::process::id()))));
         assert!(!eal_has(&c, "--no-huge") && !eal_has(&c, "--no-pci"));
