@@ -59,7 +59,11 @@ up() {
     while [ "$i" -lt "$n" ]; do
         l=droce$i
         if ! exists "$l"; then
-            ip link add "$l" type veth peer name "dp$i" netns "$NS"
+            # DPDK 22.11's af_packet PMD joins PACKET_FANOUT group (pid ^ ifindex) & 0xffff, and
+            # two ranks whose values collide fail ("could not set PACKET_FANOUT ... Invalid
+            # argument"). Indexes that agree in their low 16 bits make the group the pid's.
+            ip link add "$l" index $(( (i + 1) * 65536 + 17522 )) type veth peer name "dp$i" netns "$NS" 2>/dev/null ||
+                ip link add "$l" type veth peer name "dp$i" netns "$NS"
             ip link set "$l" alias "$MARK"
             ip -n "$NS" link set "dp$i" alias "$MARK"
             ip -n "$NS" link set "dp$i" master "$BR"

@@ -151,7 +151,16 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), Stri
                 .zip(&app.peers)
                 .map(|(s, p)| format!("{p}: established {} text {} large {} sent {}", s.established, s.got_text, s.got_large, s.sent))
                 .collect();
-            return Err(format!("timed out after {timeout:?}: {}", state.join("; ")));
+            let e = h.dev().counters().clone();
+            let eng: Vec<String> = e.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+            let cmc = *h.cm().counters();
+            let epc = *h.cm().endpoint().counters();
+            return Err(format!(
+                "timed out after {timeout:?}: {}; engine: {}; cm: {cmc:?} {epc:?}; neighbours: {:?}",
+                state.join("; "),
+                eng.join(" "),
+                h.dev().neighbours()
+            ));
         }
         h.progress();
         for i in 0..n {

@@ -62,6 +62,11 @@ fn three_ranks_over_af_packet_veth_bridge() {
         .collect();
     let results: Vec<_> = procs.into_iter().map(|p| p.finish(Duration::from_secs(60))).collect();
     let ips = ["10.78.0.1", "10.78.0.2", "10.78.0.3"];
+    if results.iter().any(|r| r.0 != Some(0)) {
+        for (r, res) in results.iter().enumerate() {
+            eprintln!("rank {r}: exit {:?}\nstdout:\n{}\nstderr:\n{}", res.0, res.1.join("\n"), res.2);
+        }
+    }
     for (r, res) in results.iter().enumerate() {
         let role = res.1.iter().find(|l| l.starts_with("role ")).cloned().unwrap_or_default();
         assert!(role.contains(&format!("DROCE_CONF={CONF} rank {r}")) && role.contains(&format!("ip {}", ips[r])), "rank {r}: {role} {:?} {}", res.1, res.2);
