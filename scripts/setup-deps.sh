@@ -9,7 +9,11 @@ PKGS=(
   libclang-dev                   # bindgen for dpdk-sys
   iproute2                       # network namespaces and veth pairs in end-to-end tests
   iputils-ping                   # the non-RoCE flood (ping -f) in the af_packet end-to-end test
-  libfabric-bin                  # fi_pingpong: the tcp-provider latency baseline of scripts/bench-rdma.sh
+  libfabric-bin                  # fi_info, fi_pingpong: tests/fabric.rs and the tcp-provider baseline of scripts/bench-rdma.sh
+  libfabric-dev                  # rdma/fabric.h etc.: fi-provider's bindgen; fabtests build against it
+  openmpi-bin libopenmpi-dev     # mpirun.openmpi / mpicc.openmpi: tests/mpi.rs (mtl ofi over droce, pml ucx)
+  mpich libmpich-dev             # mpiexec.mpich / mpicc.mpich (Debian's MPICH is ch4:ucx): tests/mpi.rs
+  libucx-dev ucx-utils           # UCX 1.13 headers, ucx_info (config.h for ucx-glue), ucx_perftest
   tshark tcpdump                 # reading the pcaps droce writes, cross-checking droce-dump
   python3                        # ../shared/vectors/icrc_check.py, the independent ICRC checker
 )
@@ -27,6 +31,11 @@ if ((${#missing[@]})); then
   # tshark asks whether non-root users may capture; answer no without a prompt.
   echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# ucx-glue compiles against UCX's internal headers, which only the Debian source package has.
+if [ -x "$(dirname "$0")/setup-ucx-src.sh" ]; then
+  "$(dirname "$0")/setup-ucx-src.sh"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then
