@@ -701,6 +701,9 @@ impl Engine {
                 _ => fi::FI_EINVAL,
             }
         })?;
+        // The first frames leave now: the application may block elsewhere next (an inject
+        // followed by an out-of-band wait must still reach the peer).
+        h.dev().poll();
         drop(h);
         self.ops.insert(wr_id, r.op);
         Ok(())
@@ -732,7 +735,15 @@ impl Engine {
     /// turned into EQ events and CQ entries. Returns whether anything happened.
     pub fn progress(&mut self) -> bool {
         let mut h = self.host();
-        let mut work = h.progress();
+        // A round can queue frames for the next one (the RTU after a REP, ACKs): run until
+        // idle, bounded, so nothing waits for the application's next call.
+        let mut work = false;
+        for _ in 0..8 {
+            if !h.progress() {
+                break;
+            }
+            work = true;
+        }
         let mut events = Vec::new();
         {
             let (cm, _) = h.cm_and_dev();
@@ -789,6 +800,9 @@ impl Engine {
     }
 
     fn cm_event(&mut self, e: CmAgentEvent) {
+        if debug() {
+            eprintln!("droce-fi: cm event {e:?}");
+        }
         match e {
             CmAgentEvent::ConnectRequest { id, src, dst, private_data, .. } => {
                 let Some(pep) = self.listeners.get(&dst.port()).and_then(|p| self.peps.get(p)) else {
@@ -905,6 +919,12 @@ impl Engine {
             Read2::Empty => Err(fi::FI_EAGAIN),
         }
     }
+}
+
+/// DROCE_DEBUG set: connection events and errors go to stderr.
+pub fn debug() -> bool {
+    static D: OnceLock<bool> = OnceLock::new();
+    *D.get_or_init(|| std::env::var_os("DROCE_DEBUG").is_some())
 }
 
 pub fn gid_of(ip: IpAddr) -> Gid {
