@@ -584,6 +584,23 @@ fn descs(desc: *mut *mut c_void, count: usize) -> Vec<*mut c_void> {
     unsafe { std::slice::from_raw_parts(desc, count) }.to_vec()
 }
 
+/// The iov without its first `prefix` bytes, and how many whole entries were dropped.
+fn strip_prefix(iov: &[(u64, u64)], prefix: u64) -> Option<(Vec<(u64, u64)>, usize)> {
+    let mut left = prefix;
+    let mut out = Vec::with_capacity(iov.len());
+    let mut dropped = 0;
+    for &(a, l) in iov {
+        if left >= l && left > 0 {
+            left -= l;
+            dropped += 1;
+            continue;
+        }
+        out.push((a + left, l - left));
+        left = 0;
+    }
+    (left == 0).then_some((out, dropped))
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Tx {
     Send,
@@ -596,6 +613,17 @@ fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: 
     let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
+    let (mut iov, mut desc) = (iov, desc);
+    if x.ty == pinfo::EpType::Dgram {
+        // FI_MSG_PREFIX: the first bytes of a send buffer are the provider's (the GRH room).
+        match strip_prefix(&iov, pinfo::UD_PREFIX) {
+            Some((v, skipped)) => {
+                iov = v;
+                desc.drain(..skipped.min(desc.len()));
+            }
+            None => return -(FI_EINVAL as isize),
+        }
+    }
     let total: u64 = iov.iter().map(|v| v.1).sum();
     let op_flags = flags.unwrap_or(x.tx_op_flags);
     let inject = inject || op_flags & FI_INJECT as u64 != 0;
