@@ -699,21 +699,13 @@ impl Host {
     /// As a source, loopback (127.0.0.0/8, ::1, ::ffff:127.x) and unspecified addresses mean
     /// this process's address; any other address is returned unchanged.
     pub fn resolve_src(&self, ip: IpAddr) -> IpAddr {
-        if is_loopback(ip) || ip.is_unspecified() {
-            self.cfg.ip
-        } else {
-            ip
-        }
+        resolve_src(ip, self.cfg.ip)
     }
 
     /// As a destination, loopback means `peer` (the other end of the default link), or this
     /// process's own address when there is no peer; any other address is returned unchanged.
     pub fn resolve_dst(&self, ip: IpAddr) -> IpAddr {
-        if is_loopback(ip) {
-            self.cfg.peer.unwrap_or(self.cfg.ip)
-        } else {
-            ip
-        }
+        resolve_dst(ip, self.cfg.ip, self.cfg.peer)
     }
 }
 
@@ -762,6 +754,22 @@ fn memif_client_socket(eal_args: &[String], port: &str) -> Option<MemifSocket> {
         path: get("socket").unwrap_or("/run/memif.sock").to_string(),
         abstract_: get("socket-abstract").map(|a| a != "no").unwrap_or(true),
     })
+}
+
+fn resolve_src(ip: IpAddr, own: IpAddr) -> IpAddr {
+    if is_loopback(ip) || ip.is_unspecified() {
+        own
+    } else {
+        ip
+    }
+}
+
+fn resolve_dst(ip: IpAddr, own: IpAddr, peer: Option<IpAddr>) -> IpAddr {
+    if is_loopback(ip) {
+        peer.unwrap_or(own)
+    } else {
+        ip
+    }
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -1083,6 +1091,18 @@ mod tests {
         let is_lb = |s: &str| is_loopback(s.parse().unwrap());
         assert!(is_lb("127.0.0.1") && is_lb("127.1.2.3") && is_lb("::1") && is_lb("::ffff:127.0.0.1"));
         assert!(!is_lb("10.77.0.1") && !is_lb("::ffff:10.0.0.1") && !is_lb("fd00::1"));
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let (own, peer) = (ip("10.77.0.1"), ip("10.77.0.2"));
+        for lb in ["127.0.0.1", "::1", "127.0.0.5"] {
+            assert_eq!(resolve_src(ip(lb), own), own);
+            assert_eq!(resolve_dst(ip(lb), own, Some(peer)), peer);
+            assert_eq!(resolve_dst(ip(lb), own, None), own, "no peer: loopback is this process");
+        }
+        assert_eq!(resolve_src(ip("0.0.0.0"), own), own);
+        assert_eq!(resolve_src(ip("::"), own), own);
+        assert_eq!(resolve_dst(ip("0.0.0.0"), own, Some(peer)), ip("0.0.0.0"), "unspecified is no destination alias");
+        assert_eq!(resolve_src(ip("10.9.9.9"), own), ip("10.9.9.9"));
+        assert_eq!(resolve_dst(ip("10.9.9.9"), own, Some(peer)), ip("10.9.9.9"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A bad DROCE_CONF gives one clear line naming the file, the line and the key, and the
 //! global host keeps returning that same error (sticky); a bad EAL argument from the conf is
-//! one line too.
+//! one line too. Then a Host opened by hand on net_ring: loopback aliases, progress, drop, and
+//! a second open refused in one line (EAL inits once per process).
 
 use droce_dpdk::host::{self, Host, HostConfig, HostError};
 
@@ -83,5 +84,25 @@ fn bad_conf_is_one_clear_sticky_error() {
     assert_eq!(e1, e2);
     assert!(e1.to_string().contains("unknown key 'speed'"));
     assert!(host::lock_global().is_err());
+
+    // a Host of our own (EAL was never initialised in this process: the errors above came first)
+    std::env::set_var("DROCE_CONF", write(&dir, "ring.conf", "vdev = net_ring0\nip = 10.0.0.1\npeer = 10.0.0.2\nprogress = thread\n"));
+    let cfg = HostConfig::from_env().unwrap();
+    assert_eq!(cfg.progress, host::Progress::Thread);
+    let mut h = Host::open(cfg).unwrap_or_else(|e| panic!("{e}"));
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    assert_eq!(h.local_ip(), ip("10.0.0.1"));
+    assert_eq!(h.resolve_src(ip("127.0.0.1")), ip("10.0.0.1"));
+    assert_eq!(h.resolve_dst(ip("127.0.0.1")), ip("10.0.0.2"));
+    assert_eq!(h.resolve_dst(ip("10.0.0.9")), ip("10.0.0.9"));
+    assert_eq!(h.local_gid_index(), 1);
+    assert_eq!(h.dev().gid(1), Some(droce_transport::Gid::from_ipv4("10.0.0.1".parse().unwrap())));
+    assert_eq!(droce_dpdk::port_name(h.port_id()).unwrap(), "net_ring0");
+    for _ in 0..100 {
+        h.progress();
+    }
+    drop(h);
+    let e = Host::open(HostConfig::from_env().unwrap()).unwrap_err();
+    assert!(matches!(e, HostError::Eal(_)) && !e.to_string().contains('\n'), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
