@@ -119,7 +119,7 @@ pub struct DefaultLink {
     /// `DROCE_LINK` or "default".
     pub name: String,
     pub server: bool,
-    /// The server's lock file: it holds "<pid>" once taken, "<pid> ready" once its port is
+    /// The server's lock file: it holds `<pid>` once taken, `<pid> ready` once its port is
     /// started (a memif client connecting to a server whose port is not started yet never
     /// gets its link up in DPDK 22.11, so the client waits for this).
     pub server_lock: PathBuf,
@@ -409,7 +409,7 @@ enum Role {
     Client,
 }
 
-/// The server's lock file, held for the life of the process ("<pid> ready" is written into it).
+/// The server's lock file, held for the life of the process (`<pid> ready` is written into it).
 static SERVER_LOCK: Mutex<Option<std::fs::File>> = Mutex::new(None);
 
 /// Marks this default-link server's port as started (see [`DefaultLink::server_lock`]).
