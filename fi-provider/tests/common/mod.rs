@@ -1,0 +1,83 @@
+//! Helpers for the tests that load the provider into the real libfabric (fi_info,
+//! fi_pingpong from libfabric-bin) with FI_PROVIDER_PATH pointing at cargo's cdylib.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The directory holding `libdroce_fi.so` (cargo builds the cdylib next to the test's deps dir).
+pub fn provider_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf();
+    assert!(dir.join("libdroce_fi.so").exists(), "libdroce_fi.so not built in {}", dir.display());
+    dir
+}
+
+pub fn have(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).stdout(Stdio::null()).status().map(|s| s.success()).unwrap_or(false)
+}
+
+/// A command with the provider environment: only FI_PROVIDER_PATH, FI_PROVIDER=droce and a
+/// private zero-config link name (so that parallel tests do not share memif roles).
+pub fn fi_cmd(tool: &str, link: &str) -> Command {
+    let mut c = Command::new(tool);
+    c.env("FI_PROVIDER_PATH", provider_dir()).env("FI_PROVIDER", "droce").env("DROCE_LINK", link);
+    for v in ["DROCE_CONF", "DROCE_PROGRESS", "DROCE_FAULTS", "DROCE_PCAP", "DROCE_EAL", "FI_LOG_LEVEL"] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// Waits for `child` at most `limit`; kills it (by its pid) after that.
+pub fn wait_bounded(mut child: Child, limit: Duration) -> (Option<i32>, String) {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    let out: Output = child.wait_with_output().expect("collect output");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+/// A unique name per test process and call site.
+pub fn unique(tag: &str) -> String {
+    format!("fit-{tag}-{}", std::process::id())
+}
+
+/// Runs a fi_pingpong server and client pair; returns (server, client) exit codes and output.
+pub fn pingpong(tag: &str, ep: &str, port: u16, extra: &[&str], limit: Duration) -> ((Option<i32>, String), (Option<i32>, String)) {
+    let link = unique(tag);
+    let port_s = port.to_string();
+    let mut args: Vec<&str> = vec!["-p", "droce", "-e", ep];
+    args.extend_from_slice(extra);
+    let server = fi_cmd("fi_pingpong", &link).args(&args).args(["-B", &port_s]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn server");
+    std::thread::sleep(Duration::from_millis(700));
+    let client = fi_cmd("fi_pingpong", &link).args(&args).args(["-P", &port_s, "127.0.0.1"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn client");
+    let c = wait_bounded(client, limit);
+    let s = wait_bounded(server, Duration::from_secs(10));
+    (s, c)
+}
+
+/// The result lines of fi_pingpong: (size label, sent, acked).
+pub fn result_rows(out: &str) -> Vec<(String, u64, String)> {
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() >= 8 && f[0].chars().next()?.is_ascii_digit() {
+                let sent = f[1].trim_end_matches('k').parse().ok()?;
+                Some((f[0].to_string(), sent, f[2].to_string()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
