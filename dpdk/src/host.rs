@@ -9,6 +9,7 @@
 //!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
 //!   DROCE_PROGRESS=manual|thread, DROCE_FAULTS=<spec>, DROCE_PCAP=<path> ({pid}, {rank}),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
+//! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
 //! Host::open(cfg) -> Result<Host, HostError>   EAL (caller's CPU affinity restored), mempool,
 //!                                              port up, RoceDevice, CmAgent on QP1
@@ -267,6 +268,16 @@ impl HostConfig {
         Ok(cfg)
     }
 
+    /// Like [`HostConfig::from_env`], but takes no zero-config role: when this process has
+    /// none yet, it reports the role it would get now (the locks are probed and released). For
+    /// answers that must not commit the process (listing, fi_getinfo before any fabric).
+    pub fn peek_env() -> Result<HostConfig, HostError> {
+        PEEK.with(|p| p.set(true));
+        let r = HostConfig::from_env();
+        PEEK.with(|p| p.set(false));
+        r
+    }
+
     /// Parses conf file text (format in the module docs); `rank` fills `{rank}`.
     pub fn parse(text: &str, rank: Option<u32>) -> Result<HostConfig, HostError> {
         let pid = std::process::id();
@@ -430,6 +441,25 @@ fn server_ready(lock: &std::path::Path) -> bool {
     }
 }
 
+thread_local! {
+    /// Set while `peek_env` runs on this thread.
+    static PEEK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The role this process would get on `link` now, without keeping a lock.
+fn probe_role(link: &str) -> Result<Role, HostError> {
+    let dir = lock_dir()?;
+    for (name, role) in [("server", Role::Server), ("client", Role::Client)] {
+        let path = dir.join(format!("{link}.{name}.lock"));
+        match sys::probe_lock(&path) {
+            Ok(true) => return Ok(role),
+            Ok(false) => {}
+            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
+        }
+    }
+    Err(both_taken(link, &dir.join(format!("{link}.server.lock")), &dir.join(format!("{link}.client.lock"))))
+}
+
 /// The role this process took on its zero-config link (decided once; the lock stays held).
 static DEFAULT_ROLE: OnceLock<Result<(Role, String), HostError>> = OnceLock::new();
 
@@ -442,7 +472,11 @@ fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
     if link.len() > 40 || !link.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(cfg_err(format!("DROCE_LINK='{link}': use at most 40 letters, digits, '-', '_' or '.'")));
     }
-    let (role, link) = DEFAULT_ROLE.get_or_init(|| take_role(&link).map(|r| (r, link.clone()))).clone()?;
+    let (role, link) = match DEFAULT_ROLE.get() {
+        Some(r) => r.clone()?,
+        None if PEEK.with(|p| p.get()) => (probe_role(&link)?, link),
+        None => DEFAULT_ROLE.get_or_init(|| take_role(&link).map(|r| (r, link.clone()))).clone()?,
+    };
     let uid = sys::uid();
     let (ip, peer, mac, peer_mac, r) = match role {
         Role::Server => (DEFAULT_SERVER_IP, DEFAULT_CLIENT_IP, DEFAULT_SERVER_MAC, DEFAULT_CLIENT_MAC, "server"),
@@ -490,12 +524,20 @@ fn take_role(link: &str) -> Result<Role, HostError> {
             Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
         }
     }
-    let holder = |p: &PathBuf| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).unwrap_or_else(|| "?".into());
-    Err(cfg_err(format!(
+    Err(both_taken(link, &server, &client))
+}
+
+/// The error of a third process on a zero-config link.
+fn both_taken(link: &str, server: &std::path::Path, client: &std::path::Path) -> HostError {
+    // the files hold "<pid>" or "<pid> ready"
+    let holder = |p: &std::path::Path| {
+        std::fs::read_to_string(p).ok().and_then(|s| s.split_whitespace().next().map(String::from)).unwrap_or_else(|| "?".into())
+    };
+    cfg_err(format!(
         "zero-config default link '{link}' already has its two processes (server pid {}, client pid {}): a third process needs DROCE_LINK=<other name> for a new pair, or DROCE_CONF (see docs/host.md)",
-        holder(&server),
-        holder(&client)
-    )))
+        holder(server),
+        holder(client)
+    ))
 }
 
 // ------------------------------------------------------------------------------ Host
@@ -948,6 +990,26 @@ mod sys {
             std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// Whether the flock on `path` is free now (taken and released at once; the file is not
+    /// written).
+    pub fn probe_lock(path: &Path) -> std::io::Result<bool> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)?;
+        // SAFETY: flock on a file descriptor we own; closing it (drop) releases the lock.
+        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(e) };
+        }
+        Ok(true)
     }
 
     /// Takes an exclusive flock on `path` (created if missing) without waiting: the open file
