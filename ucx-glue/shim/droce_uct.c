@@ -158,7 +158,7 @@ static void droce_md_close(uct_md_h md)
 
 static ucs_status_t droce_md_query(uct_md_h md, uct_md_attr_t *attr)
 {
-    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
     attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.alloc_mem_types  = 0;
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
@@ -407,7 +407,9 @@ static ucs_status_t droce_iface_query(uct_iface_h tl_iface, uct_iface_attr_t *at
     } else {
         attr->iface_addr_len = DROCE_UD_IFACE_ADDR_LEN;
         attr->ep_addr_len    = 0;
-        attr->cap.flags     |= UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+        /* CB_ASYNC: UCP's wire-up picks an auxiliary transport only if its AM handlers may be
+         * "async"; droce invokes them from the progress call, which such a handler accepts. */
+        attr->cap.flags     |= UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_CB_ASYNC;
     }
 
     attr->latency             = ucs_linear_func_make(info.latency_s, 0);

@@ -134,6 +134,7 @@ pub extern "C" fn droce_rs_mem_reg(_md_rs: *mut c_void, address: *mut c_void, le
                 }
             }
         };
+        crate::trace!("mem_reg {address:p}+{length} -> {reg:?}");
         // SAFETY: valid out pointer from the shim.
         unsafe { *memh = Box::into_raw(Box::new(reg)) as *mut c_void };
         UCS_OK
@@ -334,6 +335,7 @@ pub extern "C" fn droce_rs_iface_is_reachable(rs: *mut c_void, dev_addr: *const 
 /// Run the events of a progress round (no lock held), then the pending requests.
 fn run_events(b: &IfaceBox, events: &[Event]) {
     for e in events {
+        trace!("event {e:?}");
         match *e {
             Event::Am { id, addr, len, .. } => {
                 // SAFETY: addr..addr+len is a received buffer of this interface, not reposted
@@ -376,6 +378,7 @@ fn dispatch_pending(b: &IfaceBox) -> u32 {
         let Some((ep, req)) = b.iface.pending_next() else { break };
         // SAFETY: req is a uct_pending_req_t* queued by ep_pending_add and not yet purged.
         let s = unsafe { droce_c_pending_call(req as *mut c_void) };
+        trace!("pending call ep {ep} req {req:#x} -> {s}");
         n += 1;
         if !b.iface.pending_done(ep, req, s) {
             break;
@@ -398,7 +401,11 @@ pub extern "C" fn droce_rs_iface_progress(rs: *mut c_void) -> c_uint {
 
 #[no_mangle]
 pub extern "C" fn droce_rs_iface_flush(rs: *mut c_void, _flags: c_uint, comp: *mut c_void) -> c_int {
-    guard(UCS_ERR_IO_ERROR, || iface(rs).iface.iface_flush(comp as usize))
+    guard(UCS_ERR_IO_ERROR, || {
+        let r = iface(rs).iface.iface_flush(comp as usize);
+        trace!("iface_flush {:?} comp {comp:p} -> {r}", iface(rs).iface.kind);
+        r
+    })
 }
 
 #[no_mangle]
@@ -420,7 +427,9 @@ pub extern "C" fn droce_rs_ep_create(rs: *mut c_void, ep_c: *mut c_void, dev_add
         let dev = (!dev_addr.is_null()).then(|| unsafe { &*(dev_addr as *const [u8; DEV_ADDR_LEN]) });
         // SAFETY: as above.
         let ifa = (!iface_addr.is_null()).then(|| unsafe { &*(iface_addr as *const [u8; UD_IFACE_ADDR_LEN]) });
-        match iface(rs).iface.ep_create(ep_c as usize, dev, ifa) {
+        let r = iface(rs).iface.ep_create(ep_c as usize, dev, ifa);
+        trace!("ep_create {:?} -> {r:?}", iface(rs).iface.kind);
+        match r {
             Ok(id) => {
                 // SAFETY: valid out pointer from the shim.
                 unsafe { *ep_rs = (id as usize + 1) as *mut c_void };
@@ -456,14 +465,20 @@ pub extern "C" fn droce_rs_ep_connect_to_ep(rs: *mut c_void, ep_rs: *mut c_void,
         }
         // SAFETY: addresses of this transport: 16-byte device address, 8-byte ep address.
         let (d, e) = unsafe { (&*(dev_addr as *const [u8; DEV_ADDR_LEN]), &*(ep_addr as *const [u8; RC_EP_ADDR_LEN])) };
-        st(iface(rs).iface.ep_connect_to_ep(ep_id(ep_rs), d, e))
+        let r = iface(rs).iface.ep_connect_to_ep(ep_id(ep_rs), d, e);
+        trace!("connect_to_ep ep {} -> {r:?}", ep_id(ep_rs));
+        st(r)
     })
 }
 
 #[no_mangle]
 pub extern "C" fn droce_rs_ep_flush(rs: *mut c_void, ep_rs: *mut c_void, flags: c_uint, comp: *mut c_void) -> c_int {
     // UCT_FLUSH_FLAG_CANCEL = 1
-    guard(UCS_ERR_IO_ERROR, || iface(rs).iface.ep_flush(ep_id(ep_rs), flags & 1 != 0, comp as usize))
+    guard(UCS_ERR_IO_ERROR, || {
+        let r = iface(rs).iface.ep_flush(ep_id(ep_rs), flags & 1 != 0, comp as usize);
+        trace!("ep_flush ep {} flags {flags} comp {comp:p} -> {r}", ep_id(ep_rs));
+        r
+    })
 }
 
 #[no_mangle]
@@ -478,7 +493,11 @@ pub extern "C" fn droce_rs_ep_check(rs: *mut c_void, ep_rs: *mut c_void) -> c_in
 
 #[no_mangle]
 pub extern "C" fn droce_rs_ep_pending_add(rs: *mut c_void, ep_rs: *mut c_void, req: *mut c_void) -> c_int {
-    guard(UCS_ERR_IO_ERROR, || iface(rs).iface.pending_add(ep_id(ep_rs), req as usize))
+    guard(UCS_ERR_IO_ERROR, || {
+        let r = iface(rs).iface.pending_add(ep_id(ep_rs), req as usize);
+        trace!("pending_add {:?} ep {} req {req:p} -> {r}", iface(rs).iface.kind, ep_id(ep_rs));
+        r
+    })
 }
 
 #[no_mangle]
@@ -504,6 +523,7 @@ fn segs<'a>(iov: *const DroceIov, n: usize, zcopy: bool) -> Result<Vec<Seg<'a>>,
         .map(|v| {
             if zcopy {
                 if v.memh.is_null() {
+                    crate::trace!("zcopy iov {:p}+{} without a memory handle", v.buffer, v.length);
                     return Err(UCS_ERR_INVALID_PARAM);
                 }
                 // SAFETY: memh of a zcopy iov is a live droce registration (UCT contract).
@@ -542,7 +562,9 @@ pub extern "C" fn droce_rs_am_send(
             Ok(s) => s,
             Err(e) => return e,
         };
-        match iface(rs).iface.am_send(ep_id(ep_rs), id, h, &s, comp as usize) {
+        let r = iface(rs).iface.am_send(ep_id(ep_rs), id, h, &s, comp as usize);
+        trace!("am_send ep {} id {id} hdr {hdr_len} iov {iovcnt} zcopy {zcopy} -> {r:?}", ep_id(ep_rs));
+        match r {
             Ok(()) if zcopy != 0 => UCS_INPROGRESS,
             Ok(()) => UCS_OK,
             Err(e) => e,
@@ -560,6 +582,7 @@ fn bcopy(rs: *mut c_void, ep_rs: *mut c_void, pack_cb: *mut c_void, arg: *mut c_
     // SAFETY: the slot (cap bytes at addr) is reserved for this operation; pack_cb/arg come
     // from the caller and write at most the advertised max_bcopy (= cap) bytes.
     let len = unsafe { droce_c_pack(pack_cb, addr as *mut c_void, arg) };
+    trace!("bcopy ep {ep} am {am_id:?} remote {remote:?} len {len}");
     if len > cap {
         i.bcopy_abort(slot);
         log(0, &format!("droce: bcopy pack callback wrote {len} B into a {cap} B buffer"));
@@ -593,7 +616,9 @@ pub extern "C" fn droce_rs_put(rs: *mut c_void, ep_rs: *mut c_void, iov: *const 
             Ok(s) => s,
             Err(e) => return e,
         };
-        match iface(rs).iface.put(ep_id(ep_rs), &s, remote, Rkey(rkey as u32), comp as usize) {
+        let r = iface(rs).iface.put(ep_id(ep_rs), &s, remote, Rkey(rkey as u32), comp as usize);
+        trace!("put ep {} segs {:?} remote {remote:#x} rkey {rkey:#x} comp {comp:p} -> {r:?}", ep_id(ep_rs), s.iter().map(|x| match x { Seg::Copy(b) => (0, b.len()), Seg::Zcopy { addr, len, .. } => (*addr, *len) }).collect::<Vec<_>>());
+        match r {
             Ok(()) if zcopy != 0 => UCS_INPROGRESS,
             Ok(()) => UCS_OK,
             Err(e) => e,

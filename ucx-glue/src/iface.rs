@@ -373,6 +373,10 @@ impl Iface {
         let mut g = lock(&self.inner);
         g.closed = true;
         let mut h = lock(self.host);
+        if std::env::var_os("DROCE_UCX_STATS").is_some() {
+            let port = h.port_id().0;
+            eprintln!("droce {:?} iface closed; device statistics:\n{}", self.kind, droce_dpdk::roce::format_roce_stats(port, &h.dev().stats()));
+        }
         let d = h.dev().device_mut();
         for ep in g.eps.iter_mut().flatten() {
             if let Some(qp) = ep.qp.take() {
@@ -970,6 +974,7 @@ impl Iface {
 
     fn tx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
         let slot = wc.wr_id as u32;
+        crate::trace!("{:?} tx completion slot {slot} {:?} {:?}", self.kind, wc.opcode, wc.status);
         let Some(mut op) = g.ops.get_mut(slot as usize).and_then(Option::take) else { return };
         let status = from_wc(wc.status);
         let mut free_slot = true;

@@ -25,6 +25,19 @@
 //! [`md::pack_rkey`] / [`md::unpack_rkey`]; the rest is reached through UCX.
 #![deny(unsafe_code)]
 
+/// DROCE_UCX_TRACE set: one stderr line per operation and event (debugging aid).
+pub(crate) fn trace_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("DROCE_UCX_TRACE").is_some())
+}
+
+#[macro_export]
+#[doc(hidden)]
+macro_rules! trace {
+    ($($a:tt)*) => { if $crate::trace_on() { eprintln!("droce-ucx[{}]: {}", std::process::id(), format!($($a)*)); } };
+}
+
+
 #[allow(unsafe_code)]
 pub mod ffi;
 pub mod iface;
