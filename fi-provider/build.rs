@@ -18,7 +18,7 @@ fn main() {
         .header("wrapper.h")
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .allowlist_type("fi_.*|fid_.*|fid|fi_ops.*")
-        .allowlist_function("fi_dupinfo|fi_freeinfo|fi_log|fi_log_enabled|fi_strerror|fi_param_.*")
+        .allowlist_function("fi_getinfo|fi_fabric|fi_dupinfo|fi_freeinfo|fi_log|fi_log_enabled|fi_strerror|fi_param_.*")
         .allowlist_var("FI_.*|FID_.*")
         .derive_default(true)
         .layout_tests(true)

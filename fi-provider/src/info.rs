@@ -43,6 +43,15 @@ pub const DGRAM_CAPS: u64 =
 /// MR modes droce can work with; VIRT_ADDR|ALLOCATED|PROV_KEY are what RMA needs.
 pub const MR_MODE_SUPPORTED: u32 =
     fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
+/// Message orders RC keeps (what verbs reports for RC: a WRITE or SEND may pass a READ, so
+/// no WAR/SAR).
+pub const MSG_ORDER: u64 = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAR | fi::FI_ORDER_RAW | fi::FI_ORDER_RAS | fi::FI_ORDER_WAW | fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64;
+/// UD: sends to one peer leave and arrive in order on a single path.
+pub const DGRAM_ORDER: u64 = fi::FI_ORDER_SAS as u64;
+pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64;
+const TX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64;
+const RX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 | fi::FI_SOURCE as u64;
+
 pub const MR_MODE_RMA: u32 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +95,9 @@ pub struct Hints {
     pub rx_size: u64,
     pub inject_size: u64,
     pub protocol: u32,
+    pub tx_msg_order: u64,
+    pub rx_msg_order: u64,
+    pub domain_caps: u64,
 }
 
 /// One answer of getinfo.
@@ -93,6 +105,8 @@ pub struct Hints {
 pub struct Info {
     pub ep_type: EpType,
     pub caps: u64,
+    pub tx_caps: u64,
+    pub rx_caps: u64,
     pub mode: u64,
     pub addr_format: u32,
     pub src: Option<EpAddr>,
@@ -150,6 +164,9 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if !p.split(';').any(|n| n.eq_ignore_ascii_case(PROV_NAME)) {
             return Err(fi::FI_ENODATA);
         }
+    }
+    if h.domain_caps & !DOMAIN_CAPS != 0 {
+        return Err(fi::FI_ENODATA);
     }
     if h.fabric_name.as_deref().is_some_and(|n| n != FABRIC_NAME) || h.domain_name.as_deref().is_some_and(|n| n != DOMAIN_NAME) {
         return Err(fi::FI_ENODATA);
@@ -221,10 +238,13 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if h.ep_type != fi::FI_EP_UNSPEC && h.ep_type != ep.raw() {
             continue;
         }
-        let (ours, max_msg, prefix, protocol) = match ep {
-            EpType::Msg => (MSG_CAPS, MSG_MAX_MSG_SIZE, 0, fi::FI_PROTO_RDMA_CM_IB_RC),
-            EpType::Dgram => (DGRAM_CAPS, 1024, UD_PREFIX, fi::FI_PROTO_IB_UD),
+        let (ours, max_msg, prefix, protocol, order) = match ep {
+            EpType::Msg => (MSG_CAPS, MSG_MAX_MSG_SIZE, 0, fi::FI_PROTO_RDMA_CM_IB_RC, MSG_ORDER),
+            EpType::Dgram => (DGRAM_CAPS, 1024, UD_PREFIX, fi::FI_PROTO_IB_UD, DGRAM_ORDER),
         };
+        if (h.tx_msg_order | h.rx_msg_order) & !order != 0 {
+            continue;
+        }
         let want = h.caps | h.tx_caps | h.rx_caps;
         if want & !(ours | SEC_CAPS) != 0 {
             continue;
@@ -265,6 +285,8 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         out.push(Info {
             ep_type: ep,
             caps,
+            tx_caps: caps & TX_CAPS,
+            rx_caps: caps & RX_CAPS,
             mode,
             addr_format,
             src: Some(src),
@@ -279,7 +301,7 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
             rx_size: RX_SIZE,
             iov_limit: IOV_LIMIT,
             protocol,
-            msg_order: (fi::FI_ORDER_SAS | fi::FI_ORDER_RAR | fi::FI_ORDER_RAW | fi::FI_ORDER_WAW | fi::FI_ORDER_WAS | fi::FI_ORDER_SAW | fi::FI_ORDER_SAR | fi::FI_ORDER_RAS | fi::FI_ORDER_WAR) as u64,
+            msg_order: order,
             fabric_name: FABRIC_NAME.into(),
             domain_name: DOMAIN_NAME.into(),
         });
@@ -329,6 +351,22 @@ mod tests {
         assert_eq!(getinfo(&q(), Some(&dg), &local()).unwrap()[0].mode, fi::FI_MSG_PREFIX);
         let rdm = Hints { ep_type: fi::FI_EP_RDM, ..Default::default() };
         assert!(getinfo(&q(), Some(&rdm), &local()).is_err());
+    }
+
+    #[test]
+    fn orders_and_directional_caps() {
+        let h = Hints { ep_type: fi::FI_EP_MSG, tx_msg_order: fi::FI_ORDER_SAS as u64 | fi::FI_ORDER_RAW as u64, ..Default::default() };
+        let v = getinfo(&q(), Some(&h), &local()).unwrap();
+        assert_eq!(v[0].msg_order & h.tx_msg_order, h.tx_msg_order);
+        let h = Hints { ep_type: fi::FI_EP_MSG, rx_msg_order: fi::FI_ORDER_WAR as u64, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "RC does not keep WRITE after READ");
+        let h = Hints { ep_type: fi::FI_EP_MSG, rx_msg_order: fi::FI_ORDER_DATA as u64, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err());
+        let v = getinfo(&q(), None, &local()).unwrap();
+        assert_eq!(v[0].tx_caps & (fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64, 0);
+        assert_eq!(v[0].rx_caps & (fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64, 0);
+        let h = Hints { domain_caps: fi::FI_SHARED_AV as u64, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err());
     }
 
     #[test]

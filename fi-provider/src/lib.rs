@@ -31,3 +31,6 @@ pub mod info;
 pub mod queue;
 
 pub use ffi::fi_prov_ini;
+/// The bindgen view of the libfabric headers (for the tests that drive libfabric directly).
+#[doc(hidden)]
+pub use ffi::sys;

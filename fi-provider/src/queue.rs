@@ -167,7 +167,7 @@ mod tests {
     fn signal_fd_readable_while_entries_wait() {
         let mut q: Queue<u32, ()> = Queue { signal: Some(Signal::new().unwrap()), ..Default::default() };
         let probe = q.signal.as_ref().unwrap().rd.try_clone().unwrap();
-        let mut take = || (&probe).read(&mut [0u8; 8]).map(|n| n > 0).unwrap_or(false);
+        let take = || (&probe).read(&mut [0u8; 8]).map(|n| n > 0).unwrap_or(false);
         assert!(!take());
         q.push(7);
         q.push(8);

@@ -714,6 +714,18 @@ impl RoceDevice {
             self.counters.tx_no_route += 1;
             return;
         };
+        // To one of our own addresses (rdma_cm self-connect, ofi_rxm's loopback connection):
+        // received right here, it never reaches the wire.
+        let own = match ip {
+            IpAddr::V4(a) => self.cfg.ipv4.contains(&a),
+            IpAddr::V6(a) => self.cfg.ipv6.contains(&a),
+        };
+        if own {
+            let mac = self.mac();
+            m.data_mut()[0..6].copy_from_slice(&mac);
+            self.rx_frame(Instant(now), m.data());
+            return;
+        }
         match self.neigh.lookup(ip, now) {
             Some(mac) => {
                 m.data_mut()[0..6].copy_from_slice(&mac);

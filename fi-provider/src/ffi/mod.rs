@@ -162,11 +162,13 @@ fn hints_from(h: &fi_info) -> Hints {
         o.tx_caps = t.caps;
         o.tx_size = t.size as u64;
         o.inject_size = t.inject_size as u64;
+        o.tx_msg_order = t.msg_order;
         o.mode |= t.mode;
     }
     if let Some(r) = opt(h.rx_attr) {
         o.rx_caps = r.caps;
         o.rx_size = r.size as u64;
+        o.rx_msg_order = r.msg_order;
         o.mode |= r.mode;
     }
     if let Some(e) = opt(h.ep_attr) {
@@ -180,6 +182,7 @@ fn hints_from(h: &fi_info) -> Hints {
         o.control_progress = d.control_progress;
         o.data_progress = d.data_progress;
         o.domain_name = cstr(d.name);
+        o.domain_caps = d.caps;
     }
     if let Some(f) = opt(h.fabric_attr) {
         o.fabric_name = cstr(f.name);
@@ -216,7 +219,7 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         }
         let order = i.msg_order;
         let t = &mut *f.tx_attr;
-        t.caps = i.caps;
+        t.caps = i.tx_caps;
         t.mode = i.mode;
         t.msg_order = order;
         t.comp_order = FI_ORDER_NONE as u64;
@@ -225,7 +228,7 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         t.iov_limit = i.iov_limit as usize;
         t.rma_iov_limit = 1;
         let r = &mut *f.rx_attr;
-        r.caps = i.caps;
+        r.caps = i.rx_caps;
         r.mode = i.mode;
         r.msg_order = order;
         r.comp_order = FI_ORDER_NONE as u64;

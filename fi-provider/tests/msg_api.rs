@@ -1,0 +1,244 @@
+//! One process drives droce through the real libfabric API (fi_getinfo → ops tables): an
+//! FI_EP_MSG endpoint connects to its own passive endpoint (self-connect: the device loops frames
+//! to its own address), with CM data both ways; SEND with data checks, RMA write/read, writedata
+//! (FI_REMOTE_CQ_DATA), a rejected connect with reject data (EQ error entry), and shutdown.
+
+mod common;
+use droce_fi::sys::*;
+use std::os::raw::c_void;
+use std::ptr::{null, null_mut};
+use std::time::{Duration, Instant};
+
+macro_rules! call {
+    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
+        let o = $obj;
+        let f = (*(*o).$table).$op.expect(stringify!($op));
+        f(o $(, $arg)*)
+    }};
+}
+macro_rules! fidcall {
+    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
+        let f: *mut fid = $fid;
+        let g = (*(*f).ops).$op.expect(stringify!($op));
+        g(f $(, $arg)*)
+    }};
+}
+
+const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
+const DEADLINE: Duration = Duration::from_secs(30);
+
+#[repr(C, align(8))]
+struct EqBuf([u8; 512]);
+
+unsafe fn eq_event(eq: *mut fid_eq) -> (u32, *mut fid, *mut fi_info, Vec<u8>) {
+    let mut buf = EqBuf([0; 512]);
+    let mut ev = 0u32;
+    let start = Instant::now();
+    loop {
+        let n = call!(eq, ops.read(&mut ev, buf.0.as_mut_ptr() as *mut c_void, buf.0.len(), 0));
+        if n > 0 {
+            let e = &*(buf.0.as_ptr() as *const fi_eq_cm_entry);
+            let hdr = std::mem::size_of::<fi_eq_cm_entry>();
+            let data = buf.0[hdr..n as usize].to_vec();
+            return (ev, e.fid, e.info, data);
+        }
+        assert_eq!(n, -(FI_EAGAIN as isize), "fi_eq_read");
+        assert!(start.elapsed() < DEADLINE, "no EQ event");
+    }
+}
+
+unsafe fn eq_error(eq: *mut fid_eq) -> fi_eq_err_entry {
+    let mut buf = EqBuf([0; 512]);
+    let mut ev = 0u32;
+    let start = Instant::now();
+    loop {
+        let n = call!(eq, ops.read(&mut ev, buf.0.as_mut_ptr() as *mut c_void, buf.0.len(), 0));
+        if n == -(FI_EAVAIL as isize) {
+            let mut e: fi_eq_err_entry = std::mem::zeroed();
+            let r = call!(eq, ops.readerr(&mut e, 0));
+            assert!(r > 0, "fi_eq_readerr {r}");
+            return e;
+        }
+        assert_eq!(n, -(FI_EAGAIN as isize), "expected an error entry, got {n} (event {ev})");
+        assert!(start.elapsed() < DEADLINE, "no EQ error");
+    }
+}
+
+unsafe fn cq_wait(cq: *mut fid_cq) -> fi_cq_data_entry {
+    let mut e: fi_cq_data_entry = std::mem::zeroed();
+    let start = Instant::now();
+    loop {
+        let n = call!(cq, ops.read(&mut e as *mut _ as *mut c_void, 1));
+        if n == 1 {
+            return e;
+        }
+        if n == -(FI_EAVAIL as isize) {
+            let mut x: fi_cq_err_entry = std::mem::zeroed();
+            call!(cq, ops.readerr(&mut x, 0));
+            panic!("CQ error entry: err {} prov_errno {}", x.err, x.prov_errno);
+        }
+        assert_eq!(n, -(FI_EAGAIN as isize), "fi_cq_read");
+        assert!(start.elapsed() < DEADLINE, "no completion");
+    }
+}
+
+unsafe fn ep_setup(domain: *mut fid_domain, info: *mut fi_info, eq: *mut fid_eq, cq: *mut fid_cq, ctx: usize) -> *mut fid_ep {
+    let mut ep: *mut fid_ep = null_mut();
+    assert_eq!(call!(domain, ops.endpoint(info, &mut ep, ctx as *mut c_void)), 0, "fi_endpoint");
+    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*eq).fid, 0)), 0);
+    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
+    assert_eq!(fidcall!(&mut (*ep).fid, control(FI_ENABLE as i32, null_mut())), 0);
+    ep
+}
+
+unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut fid_mr {
+    let mut mr: *mut fid_mr = null_mut();
+    let reg = (*(*domain).mr).reg.expect("reg");
+    let r = reg(&mut (*domain).fid, buf.as_ptr() as *const c_void, buf.len(), access, 0, 0, 0, &mut mr, null_mut());
+    assert_eq!(r, 0, "fi_mr_reg");
+    mr
+}
+
+#[test]
+fn self_connect_send_rma_writedata_reject_shutdown() {
+    std::env::set_var("FI_PROVIDER_PATH", common::provider_dir());
+    std::env::set_var("FI_PROVIDER", "droce");
+    std::env::set_var("DROCE_LINK", common::unique("msgapi"));
+    unsafe {
+        let hints = fi_dupinfo(null());
+        (*hints).caps = (FI_MSG | FI_RMA) as u64;
+        (*hints).mode = FI_RX_CQ_DATA;
+        (*(*hints).ep_attr).type_ = FI_EP_MSG;
+        (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) as i32;
+        (*(*hints).fabric_attr).prov_name = libc::strdup(c"droce".as_ptr());
+        let mut info: *mut fi_info = null_mut();
+        assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut info), 0, "fi_getinfo");
+        assert_eq!((*(*info).ep_attr).type_, FI_EP_MSG);
+
+        let mut fabric: *mut fid_fabric = null_mut();
+        assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
+        let mut eq_attr: fi_eq_attr = std::mem::zeroed();
+        eq_attr.wait_obj = FI_WAIT_NONE;
+        let mut eq: *mut fid_eq = null_mut();
+        assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
+        let mut domain: *mut fid_domain = null_mut();
+        assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+        let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+        cq_attr.format = FI_CQ_FORMAT_DATA;
+        cq_attr.size = 128;
+        let (mut cq_a, mut cq_b): (*mut fid_cq, *mut fid_cq) = (null_mut(), null_mut());
+        assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq_a, null_mut())), 0);
+        assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq_b, null_mut())), 0);
+
+        // passive endpoint on an ephemeral port
+        let mut pep: *mut fid_pep = null_mut();
+        assert_eq!(call!(fabric, ops.passive_ep(info, &mut pep, null_mut())), 0);
+        assert_eq!(fidcall!(&mut (*pep).fid, bind(&mut (*eq).fid, 0)), 0);
+        assert_eq!(call!(pep, cm.listen()), 0);
+        let mut name = [0u8; 64];
+        let mut len = name.len();
+        assert_eq!(((*(*pep).cm).getname.unwrap())(&mut (*pep).fid, name.as_mut_ptr() as *mut c_void, &mut len), 0);
+        assert_eq!(len, 16, "sockaddr_in");
+        let port = u16::from_be_bytes([name[2], name[3]]);
+        assert_ne!(port, 0, "listen assigned a port");
+
+        // active side connects to its own listener with 24 bytes of CM data
+        let ep_a = ep_setup(domain, info, eq, cq_a, 0xa);
+        let cm_req = *b"connect-data-24-bytes-ok";
+        assert_eq!(call!(ep_a, cm.connect(name.as_ptr() as *const c_void, cm_req.as_ptr() as *const c_void, cm_req.len())), 0);
+        let (ev, f, req_info, data) = eq_event(eq);
+        assert_eq!(ev, FI_CONNREQ);
+        assert_eq!(f, &mut (*pep).fid as *mut fid);
+        assert_eq!(data, cm_req, "CM data reaches the listener byte-exact");
+        assert!(!(*req_info).handle.is_null());
+        assert_eq!((*req_info).dest_addrlen, 16);
+        let ep_b = ep_setup(domain, req_info, eq, cq_b, 0xb);
+        fi_freeinfo(req_info);
+
+        let mut rx = vec![0u8; 8192];
+        let mut tx: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mr_rx = mr_reg(domain, &mut rx, (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ) as u64);
+        let mr_tx = mr_reg(domain, &mut tx, (FI_SEND | FI_READ | FI_WRITE) as u64);
+        let desc_rx = (*mr_rx).mem_desc;
+        let desc_tx = (*mr_tx).mem_desc;
+        assert_eq!(call!(ep_b, msg.recv(rx.as_mut_ptr() as *mut c_void, 4096, desc_rx, FI_ADDR_UNSPEC, 0x1111 as *mut c_void)), 0);
+
+        let cm_rep = *b"accept-16-bytes!";
+        assert_eq!(call!(ep_b, cm.accept(cm_rep.as_ptr() as *const c_void, cm_rep.len())), 0);
+        let mut connected = Vec::new();
+        while connected.len() < 2 {
+            let (ev, f, _, data) = eq_event(eq);
+            assert_eq!(ev, FI_CONNECTED);
+            if f == &mut (*ep_a).fid as *mut fid {
+                assert_eq!(data, cm_rep, "accept data reaches the connector");
+            }
+            connected.push(f);
+        }
+        assert!(connected.contains(&(&mut (*ep_a).fid as *mut fid)) && connected.contains(&(&mut (*ep_b).fid as *mut fid)));
+
+        // SEND 4 KiB, data checked
+        assert_eq!(call!(ep_a, msg.send(tx.as_ptr() as *const c_void, 4096, desc_tx, FI_ADDR_UNSPEC, 0x2222 as *mut c_void)), 0);
+        let s = cq_wait(cq_a);
+        assert_eq!(s.op_context as usize, 0x2222);
+        assert_eq!(s.flags & (FI_SEND | FI_MSG) as u64, (FI_SEND | FI_MSG) as u64);
+        let r = cq_wait(cq_b);
+        assert_eq!(r.op_context as usize, 0x1111);
+        assert_eq!(r.len, 4096);
+        assert_eq!(r.flags & (FI_RECV | FI_MSG) as u64, (FI_RECV | FI_MSG) as u64);
+        assert_eq!(&rx[..4096], &tx[..4096]);
+
+        // RMA write into B's buffer (second half), then read it back into A's buffer
+        let key = (*mr_rx).key;
+        let remote = rx.as_ptr() as u64 + 4096;
+        assert_eq!(call!(ep_a, rma.write(tx.as_ptr().add(100) as *const c_void, 3000, desc_tx, FI_ADDR_UNSPEC, remote, key, 0x3333 as *mut c_void)), 0);
+        let w = cq_wait(cq_a);
+        assert_eq!((w.op_context as usize, w.flags & (FI_RMA | FI_WRITE) as u64), (0x3333, (FI_RMA | FI_WRITE) as u64));
+        assert_eq!(&rx[4096..7096], &tx[100..3100]);
+        tx[4096..8192].fill(0);
+        assert_eq!(call!(ep_a, rma.read(tx.as_mut_ptr().add(4096) as *mut c_void, 3000, desc_tx, FI_ADDR_UNSPEC, remote, key, 0x4444 as *mut c_void)), 0);
+        let rd = cq_wait(cq_a);
+        assert_eq!((rd.op_context as usize, rd.flags & (FI_RMA | FI_READ) as u64), (0x4444, (FI_RMA | FI_READ) as u64));
+        assert_eq!(&tx[4096..7096], &rx[4096..7096]);
+
+        // writedata: the immediate data completes a posted receive at B (FI_RX_CQ_DATA)
+        assert_eq!(call!(ep_b, msg.recv(rx.as_mut_ptr() as *mut c_void, 64, desc_rx, FI_ADDR_UNSPEC, 0x5555 as *mut c_void)), 0);
+        assert_eq!(call!(ep_a, rma.writedata(tx.as_ptr() as *const c_void, 512, desc_tx, 0xdead_beef, FI_ADDR_UNSPEC, remote, key, 0x6666 as *mut c_void)), 0);
+        assert_eq!(cq_wait(cq_a).op_context as usize, 0x6666);
+        let wd = cq_wait(cq_b);
+        assert_ne!(wd.flags & FI_REMOTE_CQ_DATA as u64, 0);
+        assert_eq!(wd.data, 0xdead_beef);
+        assert_eq!(&rx[4096..4608], &tx[..512]);
+
+        // a third endpoint is rejected with reject data
+        let ep_c = ep_setup(domain, info, eq, cq_a, 0xc);
+        assert_eq!(call!(ep_c, cm.connect(name.as_ptr() as *const c_void, null(), 0)), 0);
+        let (ev, _, req, data) = eq_event(eq);
+        assert_eq!(ev, FI_CONNREQ);
+        assert!(data.is_empty(), "no CM data sent, none reported");
+        let rej = [1u8, 2];
+        assert_eq!(call!(pep, cm.reject((*req).handle, rej.as_ptr() as *const c_void, 2)), 0);
+        (*req).handle = null_mut();
+        fi_freeinfo(req);
+        let err = eq_error(eq);
+        assert_eq!(err.err, FI_ECONNREFUSED as i32);
+        assert_eq!(err.fid, &mut (*ep_c).fid as *mut fid);
+        assert_eq!(std::slice::from_raw_parts(err.err_data as *const u8, err.err_data_size), &rej);
+
+        // shutdown: the peer sees FI_SHUTDOWN
+        assert_eq!(call!(ep_a, cm.shutdown(0)), 0);
+        let start = Instant::now();
+        let mut saw_b = false;
+        while !saw_b {
+            let (ev, f, _, _) = eq_event(eq);
+            assert_eq!(ev, FI_SHUTDOWN);
+            saw_b = f == &mut (*ep_b).fid as *mut fid;
+            assert!(start.elapsed() < DEADLINE);
+        }
+
+        for f in [&mut (*ep_c).fid as *mut fid, &mut (*ep_a).fid, &mut (*ep_b).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*pep).fid, &mut (*cq_a).fid, &mut (*cq_b).fid, &mut (*domain).fid, &mut (*eq).fid, &mut (*fabric).fid] {
+            assert_eq!(fidcall!(f, close()), 0);
+        }
+        fi_freeinfo(info);
+        fi_freeinfo(hints);
+    }
+}
