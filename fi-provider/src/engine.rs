@@ -705,6 +705,9 @@ impl Engine {
         // followed by an out-of-band wait must still reach the peer).
         h.dev().poll();
         drop(h);
+        if debug() {
+            eprintln!("droce-fi: ep{id} post {:?} len {} inline {} imm {:?} ctx {:#x} report {}", r.opcode, r.op.len, r.inline, r.imm, r.op.context, r.op.report);
+        }
         self.ops.insert(wr_id, r.op);
         Ok(())
     }
@@ -725,6 +728,9 @@ impl Engine {
                 _ => fi::FI_EINVAL,
             }
         })?;
+        if debug() {
+            eprintln!("droce-fi: ep{id} post recv len {} ctx {:#x}", op.len, op.context);
+        }
         self.ops.insert(wr_id, op);
         Ok(())
     }
@@ -819,8 +825,10 @@ impl Engine {
             }
             CmAgentEvent::Established { id, private_data, .. } => {
                 let Some(ep) = self.conns.get(&id).and_then(|e| self.eps.get_mut(e)) else { return };
+                // The REP's private data is the acceptor's own: only the connecting side gets it.
+                let active = ep.state == ConnState::Connecting;
                 ep.state = ConnState::Connected;
-                let data = if private_data.first() == Some(&CM_MAGIC) { cm_decode(&private_data) } else { Vec::new() };
+                let data = if active { cm_decode(&private_data) } else { Vec::new() };
                 let ev = EqEvent::Connected { fid: ep.fid, context: ep.context, data };
                 if let Some(q) = ep.eq.and_then(|q| self.eqs.get_mut(&q)) {
                     q.push(ev);
@@ -867,6 +875,9 @@ impl Engine {
     }
 
     fn completion(&mut self, cq: Option<Id>, wc: WorkCompletion, grh_src: Option<IpAddr>) {
+        if debug() {
+            eprintln!("droce-fi: wc {:?} {:?} len {} cq {cq:?} op {:?}", wc.status, wc.opcode, wc.byte_len, self.ops.get(&wc.wr_id).map(|o| (o.ep, o.kind, o.context)));
+        }
         let Some(op) = self.ops.remove(&wc.wr_id) else { return };
         for l in &op.tmp_mrs {
             self.remove_mr(*l);

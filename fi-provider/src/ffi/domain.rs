@@ -637,7 +637,13 @@ fn eq_read_common(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize
             if peek {
                 (FI_CONNREQ, *pep_fid as *mut fid, ptr::null_mut(), data.clone())
             } else {
-                let p = make_info(&i);
+                let p = match super::ep::pep_info_dup(*pep_fid) {
+                    d if d.is_null() => make_info(&i),
+                    d => {
+                        set_addrs(d, &i);
+                        d
+                    }
+                };
                 if p.is_null() {
                     return -(FI_ENOMEM as isize);
                 }
@@ -677,6 +683,32 @@ fn eq_read_common(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize
         let _ = q.read(1);
     }
     need as isize
+}
+
+/// Replaces the addresses of a copied listener info by the request's.
+fn set_addrs(d: *mut fi_info, i: &crate::info::Info) {
+    // SAFETY: d is a fresh fi_dupinfo copy; its old addresses are malloc'd and freed here.
+    unsafe {
+        let f = &mut *d;
+        let v6 = f.addr_format == FI_SOCKADDR_IN6;
+        libc::free(f.src_addr);
+        libc::free(f.dest_addr);
+        f.src_addr = ptr::null_mut();
+        f.dest_addr = ptr::null_mut();
+        f.src_addrlen = 0;
+        f.dest_addrlen = 0;
+        if let Some(s) = i.src {
+            let b = s.to_bytes(v6);
+            f.src_addr = malloc_bytes(&b);
+            f.src_addrlen = b.len();
+        }
+        if let Some(t) = i.dest {
+            let b = t.to_bytes(v6);
+            f.dest_addr = malloc_bytes(&b);
+            f.dest_addrlen = b.len();
+        }
+        f.handle = ptr::null_mut();
+    }
 }
 
 unsafe extern "C" fn eq_read(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, flags: u64) -> isize {

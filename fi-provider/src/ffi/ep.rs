@@ -66,6 +66,25 @@ pub(crate) struct PepObj {
     p: fid_pep,
     id: Id,
     v6: bool,
+    /// The application's info for the listener (a copy): connection requests inherit its
+    /// attributes (mode bits like FI_RX_CQ_DATA, sizes, caps).
+    info: *mut fi_info,
+}
+
+/// A copy of the listener's fi_info for a connection request on `pep_fid` (NULL if none).
+pub(crate) fn pep_info_dup(pep_fid: usize) -> *mut fi_info {
+    let Some(f) = opt(pep_fid as *const fid) else { return ptr::null_mut() };
+    if f.fclass as u32 != FI_CLASS_PEP {
+        return ptr::null_mut();
+    }
+    // SAFETY: an FI_CLASS_PEP fid of ours heads a live PepObj (the EQ event was queued by
+    // it; a closed listener's events are dropped with it).
+    let i = unsafe { (*(pep_fid as *const PepObj)).info };
+    if i.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: i is our own fi_dupinfo copy.
+    unsafe { fi_dupinfo(i) }
 }
 const _: () = assert!(std::mem::offset_of!(PepObj, p) == 0);
 
@@ -406,6 +425,8 @@ pub(crate) unsafe extern "C" fn pep_open(_f: *mut fid_fabric, info: *mut fi_info
             p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&PEP_EP_OPS), cm: ops_ptr(&CM_OPS) },
             id: 0,
             v6: v.as_ref().is_some_and(|v| v.v6),
+            // SAFETY: info is NULL or the caller's valid fi_info; fi_dupinfo deep-copies it.
+            info: if info.is_null() { ptr::null_mut() } else { unsafe { fi_dupinfo(info) } },
         });
         let raw = Box::into_raw(b);
         let id = e.new_pep(raw as usize, context as usize, src);
@@ -428,6 +449,7 @@ unsafe extern "C" fn pep_close(f: *mut fid) -> c_int {
         if let Some(mut e) = engine::engine_if_open() {
             e.close_pep(b.id);
         }
+        free_info(b.info);
         0
     })
 }
