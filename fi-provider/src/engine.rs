@@ -193,6 +193,8 @@ pub struct Ep {
     pub v6: bool,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
+    /// DGRAM: the application leaves FI_MSG_PREFIX room in its buffers.
+    pub prefix: bool,
 }
 
 #[derive(Debug)]
@@ -226,6 +228,27 @@ pub struct Op {
     pub report: bool,
     /// MRs registered just for this operation (no descriptor given), deregistered at completion.
     pub tmp_mrs: Vec<Lkey>,
+    /// DGRAM receive without FI_MSG_PREFIX: the device writes GRH + payload here; the
+    /// payload is copied to the application's segments at completion.
+    pub bounce: Option<Bounce>,
+}
+
+/// A provider-owned receive area (registered while the receive is posted; its lkey is in
+/// the op's `tmp_mrs`).
+#[derive(Debug, Clone)]
+pub struct Bounce {
+    pub area: Box<[u8]>,
+    pub user: Vec<(u64, u64)>,
+}
+
+impl Op {
+    /// Where the GRH of a UD receive lands.
+    pub fn grh_addr(&self) -> u64 {
+        match &self.bounce {
+            Some(b) => b.area.as_ptr() as u64,
+            None => self.buf,
+        }
+    }
 }
 
 /// A registered memory region of the provider.
@@ -453,6 +476,7 @@ impl Engine {
                 v6,
                 tx_op_flags: 0,
                 rx_op_flags: 0,
+                prefix: true,
             },
         );
         id
@@ -786,7 +810,7 @@ impl Engine {
             if let Some(op) = self.ops.get(&wc.wr_id) {
                 if op.kind == OpKind::Recv && wc.status == WcStatus::Success && self.eps.get(&op.ep).is_some_and(|e| e.ty == EpType::Dgram) {
                     let mut g = [0u8; 40];
-                    if h.dev().read_mem(op.buf, &mut g).is_ok() {
+                    if h.dev().read_mem(op.grh_addr(), &mut g).is_ok() {
                         if let Some(ip) = grh_source(&g) {
                             grh_src.insert(wc.wr_id, ip);
                         }
@@ -879,6 +903,23 @@ impl Engine {
             eprintln!("droce-fi: wc {:?} {:?} len {} cq {cq:?} op {:?}", wc.status, wc.opcode, wc.byte_len, self.ops.get(&wc.wr_id).map(|o| (o.ep, o.kind, o.context)));
         }
         let Some(op) = self.ops.remove(&wc.wr_id) else { return };
+        let mut bounce_len = None;
+        if let (Some(b), WcStatus::Success) = (&op.bounce, wc.status) {
+            // GRH first, then the datagram: copy the datagram into the application's buffers
+            // (registered ranges, so the device's memory accessors reach them).
+            let n = (wc.byte_len as usize).min(b.area.len());
+            let data = &b.area[info::UD_PREFIX as usize..n.max(info::UD_PREFIX as usize)];
+            let mut off = 0;
+            let mut h = self.host();
+            for &(a, l) in &b.user {
+                let k = (l as usize).min(data.len() - off);
+                if k > 0 {
+                    let _ = h.dev().write_mem(a, &data[off..off + k]);
+                }
+                off += k;
+            }
+            bounce_len = Some(data.len() as u64);
+        }
         for l in &op.tmp_mrs {
             self.remove_mr(*l);
         }
@@ -891,7 +932,7 @@ impl Engine {
         let cntr = match op.kind {
             OpKind::Send => ep.cntrs.send,
             OpKind::Recv => {
-                len = wc.byte_len as u64;
+                len = bounce_len.unwrap_or(wc.byte_len as u64);
                 if wc.wc_flags.contains(WcFlags::WITH_IMM) {
                     flags |= fi::FI_REMOTE_CQ_DATA as u64;
                     data = wc.imm_data as u64;

@@ -252,13 +252,20 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if h.protocol != 0 && h.protocol != protocol {
             continue;
         }
-        // UD receives start with the GRH: the application must leave room for it.
+        // A UD endpoint is named by its QPN (in the fi_getname sockaddr); an address made from
+        // node/service has none, and no port can be bound to a UD QP.
+        if ep == EpType::Dgram && (port.is_some_and(|p| p != 0) || dest.is_some_and(|d| d.qpn.is_none())) {
+            continue;
+        }
+        // UD receives start with the GRH: applications that leave room for it
+        // (FI_MSG_PREFIX) get it in their buffer, others a copy from a bounce buffer.
         let mut mode = 0;
+        let mut prefix = prefix;
         if ep == EpType::Dgram {
             if h.mode & fi::FI_MSG_PREFIX != 0 || hints.is_none() {
                 mode |= fi::FI_MSG_PREFIX;
             } else {
-                continue;
+                prefix = 0;
             }
         }
         if ep == EpType::Msg && h.mode & fi::FI_RX_CQ_DATA != 0 {
@@ -344,9 +351,10 @@ mod tests {
         assert_ne!(v[0].caps & fi::FI_SEND as u64, 0);
         let tagged = Hints { caps: fi::FI_TAGGED as u64, ..Default::default() };
         assert_eq!(getinfo(&q(), Some(&tagged), &local()), Err(fi::FI_ENODATA));
-        // DGRAM needs the application to accept the GRH prefix.
+        // DGRAM without FI_MSG_PREFIX: no prefix (the provider copies)
         let dg = Hints { ep_type: fi::FI_EP_DGRAM, caps: fi::FI_MSG as u64, ..Default::default() };
-        assert_eq!(getinfo(&q(), Some(&dg), &local()), Err(fi::FI_ENODATA));
+        let v = getinfo(&q(), Some(&dg), &local()).unwrap();
+        assert_eq!((v[0].mode, v[0].msg_prefix_size), (0, 0));
         let dg = Hints { mode: fi::FI_MSG_PREFIX | fi::FI_CONTEXT as u64, ..dg };
         assert_eq!(getinfo(&q(), Some(&dg), &local()).unwrap()[0].mode, fi::FI_MSG_PREFIX);
         let rdm = Hints { ep_type: fi::FI_EP_RDM, ..Default::default() };
@@ -394,6 +402,9 @@ mod tests {
         let qq = Query { node: Some("127.0.0.1"), service: Some("47592"), ..q() };
         let v = getinfo(&qq, None, &local()).unwrap();
         assert_eq!(v[0].dest.unwrap().sa, "10.77.0.2:47592".parse().unwrap(), "loopback is the wire's peer");
+        assert_eq!(v.len(), 1, "a service port cannot name a UD endpoint");
+        let named = Hints { dest: Some(EpAddr::with_qpn("10.77.0.2:0".parse().unwrap(), 0x12)), ep_type: fi::FI_EP_DGRAM, ..Default::default() };
+        assert_eq!(getinfo(&q(), Some(&named), &local()).unwrap()[0].dest.unwrap().qpn, Some(0x12));
         let qq = Query { node: None, service: Some("47592"), source: true, ..q() };
         let v = getinfo(&qq, None, &local()).unwrap();
         assert_eq!(v[0].src.unwrap().sa, "10.77.0.1:47592".parse().unwrap());

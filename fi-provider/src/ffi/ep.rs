@@ -252,6 +252,7 @@ pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info,
         if let Some(x) = e.eps.get_mut(&id) {
             x.tx_op_flags = v.tx_op_flags;
             x.rx_op_flags = v.rx_op_flags;
+            x.prefix = v.prefix;
         }
         // SAFETY: raw is the fresh EpObj; out checked.
         unsafe {
@@ -636,7 +637,7 @@ fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: 
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
     let (mut iov, mut desc) = (iov, desc);
-    if x.ty == pinfo::EpType::Dgram {
+    if x.ty == pinfo::EpType::Dgram && x.prefix {
         // FI_MSG_PREFIX: the first bytes of a send buffer are the provider's (the GRH room).
         match strip_prefix(&iov, pinfo::UD_PREFIX) {
             Some((v, skipped)) => {
@@ -678,7 +679,7 @@ fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: 
         Tx::Read(a, k) => (SendOpcode::Read, Some((a, Rkey(k as u32))), FI_RMA as u64 | FI_READ as u64, OpKind::Read),
     };
     let first = iov.first().map(|v| v.0).unwrap_or(0);
-    let op = Op { ep: o.id, kind: okind, context: context as usize, flags: kflags, buf: first, len: total, report, tmp_mrs: tmp.clone() };
+    let op = Op { ep: o.id, kind: okind, context: context as usize, flags: kflags, buf: first, len: total, report, tmp_mrs: tmp.clone(), bounce: None };
     let r = e.post_send(o.id, SendReq { opcode, segs, inline, imm: imm.map(|d| d as u32), remote, atomic: (0, 0), dest: Some(dest), op });
     if r.is_err() {
         for l in tmp {
@@ -695,13 +696,32 @@ fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, contex
         return -(FI_EOPBADSTATE as isize);
     }
     let mut tmp = Vec::new();
-    let segs = match segments(&mut e, &iov, &desc, &mut tmp) {
+    let mut segs = match segments(&mut e, &iov, &desc, &mut tmp) {
         Ok(s) => s,
         Err(x) => return -(x as isize),
     };
     let total: u64 = iov.iter().map(|v| v.1).sum();
     let first = iov.first().map(|v| v.0).unwrap_or(0);
-    let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone() };
+    let mut bounce = None;
+    if e.eps.get(&o.id).is_some_and(|x| x.ty == pinfo::EpType::Dgram && !x.prefix) {
+        // No room for the GRH in the application's buffer: receive into our own.
+        let mut area = vec![0u8; (pinfo::UD_PREFIX + total) as usize].into_boxed_slice();
+        let addr = area.as_mut_ptr() as u64;
+        match register(&mut e, addr, area.len() as u64, AccessFlags::LOCAL_WRITE) {
+            Ok(m) => {
+                tmp.push(m.lkey);
+                segs = vec![Seg { addr, len: area.len() as u64, lkey: m.lkey }];
+            }
+            Err(x) => {
+                for l in tmp {
+                    e.remove_mr(l);
+                }
+                return -(x as isize);
+            }
+        }
+        bounce = Some(engine::Bounce { area, user: iov.clone() });
+    }
+    let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone(), bounce };
     let r = e.post_recv(o.id, &segs, op);
     if r.is_err() {
         for l in tmp {

@@ -337,6 +337,7 @@ pub(crate) struct InfoView {
     pub progress_auto: bool,
     pub tx_op_flags: u64,
     pub rx_op_flags: u64,
+    pub prefix: bool,
 }
 
 pub(crate) fn view(i: *const fi_info) -> Option<InfoView> {
@@ -354,6 +355,7 @@ pub(crate) fn view(i: *const fi_info) -> Option<InfoView> {
         handle: f.handle,
         progress_auto,
         tx_op_flags: opt(f.tx_attr).map(|t| t.op_flags).unwrap_or(0),
+        prefix: f.mode & FI_MSG_PREFIX != 0 || opt(f.ep_attr).is_some_and(|e| e.msg_prefix_size > 0),
         rx_op_flags: opt(f.rx_attr).map(|r| r.op_flags).unwrap_or(0),
     })
 }
