@@ -568,17 +568,41 @@ impl Engine {
         id
     }
 
+    fn ephemeral_port(&mut self) -> u16 {
+        loop {
+            self.next_port = self.next_port.checked_add(1).unwrap_or(0xc000).max(0xc000);
+            if !self.listeners.contains_key(&self.next_port) && !self.peps.values().any(|p| p.src.sa.port() == self.next_port) {
+                return self.next_port;
+            }
+        }
+    }
+
+    /// fi_setname on a passive endpoint: the address must be ours; port 0 binds an
+    /// ephemeral port at once (as a socket bind would).
+    pub fn set_pep_name(&mut self, id: Id, a: EpAddr) -> Result<(), Errno> {
+        if !self.local.is_local(a.sa.ip()) {
+            return Err(fi::FI_EADDRNOTAVAIL);
+        }
+        let pep = self.peps.get(&id).ok_or(fi::FI_EINVAL)?;
+        if pep.listening.is_some() {
+            return Err(fi::FI_EOPBADSTATE);
+        }
+        let port = match a.sa.port() {
+            0 => self.ephemeral_port(),
+            p if self.listeners.contains_key(&p) => return Err(fi::FI_EADDRINUSE),
+            p => p,
+        };
+        let ip = self.local.ip;
+        let pep = self.peps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
+        pep.src = EpAddr::new(SocketAddr::new(ip, port));
+        Ok(())
+    }
+
     pub fn listen(&mut self, id: Id) -> Result<(), Errno> {
         let mut port = self.peps.get(&id).ok_or(fi::FI_EINVAL)?.src.sa.port();
         if port == 0 {
             // An ephemeral rdma_cm port nobody listens on yet.
-            loop {
-                self.next_port = self.next_port.checked_add(1).unwrap_or(0xc000);
-                if !self.listeners.contains_key(&self.next_port) {
-                    break;
-                }
-            }
-            port = self.next_port;
+            port = self.ephemeral_port();
         } else if self.listeners.get(&port).is_some_and(|p| *p != id) {
             return Err(fi::FI_EADDRINUSE);
         }

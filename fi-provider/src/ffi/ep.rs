@@ -71,6 +71,17 @@ pub(crate) struct PepObj {
     info: *mut fi_info,
 }
 
+/// The bound address of one of our passive endpoints.
+pub(crate) fn pep_addr(f: *mut fid) -> Option<EpAddr> {
+    if opt(f)?.fclass as u32 != FI_CLASS_PEP {
+        return None;
+    }
+    // SAFETY: an FI_CLASS_PEP fid of ours heads a PepObj.
+    let id = unsafe { (*(f as *const PepObj)).id };
+    let e = engine::engine_if_open()?;
+    e.peps.get(&id).map(|p| p.src)
+}
+
 /// A copy of the listener's fi_info for a connection request on `pep_fid` (NULL if none).
 pub(crate) fn pep_info_dup(pep_fid: usize) -> *mut fi_info {
     let Some(f) = opt(pep_fid as *const fid) else { return ptr::null_mut() };
@@ -121,7 +132,7 @@ static EP_OPS: fi_ops_ep = fi_ops_ep {
 
 static CM_OPS: fi_ops_cm = fi_ops_cm {
     size: std::mem::size_of::<fi_ops_cm>(),
-    setname: nosys!(fn(fid_t, *mut c_void, usize) -> c_int),
+    setname: Some(setname),
     getname: Some(getname),
     getpeer: Some(getpeer),
     connect: Some(connect),
@@ -211,7 +222,8 @@ pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info,
             return -(FI_EINVAL as c_int);
         }
         let Some(v) = view(info) else { return -(FI_EINVAL as c_int) };
-        let conn = if v.handle.is_null() {
+        let pep_src = pep_addr(v.handle);
+        let conn = if v.handle.is_null() || pep_src.is_some() {
             None
         } else {
             let c = connreq_take(v.handle);
@@ -227,7 +239,7 @@ pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info,
             Err(x) => return x,
         };
         let local = e.local;
-        let mut src = v.src.unwrap_or(EpAddr::new(std::net::SocketAddr::new(local.ip, 0)));
+        let mut src = pep_src.or(v.src).unwrap_or(EpAddr::new(std::net::SocketAddr::new(local.ip, 0)));
         src.sa.set_ip(local.ip);
         src.qpn = None;
         let peer = v.dest.map(|mut d| {
@@ -496,6 +508,35 @@ unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -
             _ => return -(FI_EINVAL as c_int),
         };
         write_out(addr, addrlen, &bytes)
+    })
+}
+
+unsafe extern "C" fn setname(f: fid_t, addr: *mut c_void, addrlen: usize) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(fr) = opt(f) else { return -(FI_EINVAL as c_int) };
+        let Some(a) = read_addr(addr, addrlen) else { return -(FI_EINVAL as c_int) };
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        match fr.fclass as u32 {
+            FI_CLASS_PEP => {
+                // SAFETY: an FI_CLASS_PEP fid of ours is the first field of a PepObj.
+                let id = unsafe { (*(f as *const PepObj)).id };
+                ret_int(e.set_pep_name(id, a))
+            }
+            FI_CLASS_EP => {
+                // SAFETY: an FI_CLASS_EP fid of ours is the first field of an EpObj.
+                let id = unsafe { (*(f as *const EpObj)).id };
+                let local = e.local;
+                match e.eps.get_mut(&id) {
+                    Some(ep) if local.is_local(a.sa.ip()) && ep.qp.is_none() => {
+                        ep.src = EpAddr::new(std::net::SocketAddr::new(local.ip, a.sa.port()));
+                        0
+                    }
+                    Some(_) => -(FI_EINVAL as c_int),
+                    None => -(FI_EINVAL as c_int),
+                }
+            }
+            _ => -(FI_EINVAL as c_int),
+        }
     })
 }
 

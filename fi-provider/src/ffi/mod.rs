@@ -299,6 +299,15 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
             }
         };
         let q = Query { node: node.as_deref(), service: service.as_deref(), source: flags & FI_SOURCE as u64 != 0, version };
+        // hints->handle naming one of our passive endpoints: the answer takes over its
+        // address (fi_endpoint "steals" the listener's address, socket style).
+        let pep_handle = opt(hints).map(|x| x.handle).filter(|h| opt(*h).is_some_and(|f| f.fclass as u32 == FI_CLASS_PEP));
+        let mut h = h;
+        if let (Some(ph), Some(hh)) = (pep_handle, h.as_mut()) {
+            if let Some(a) = ep::pep_addr(ph) {
+                hh.src = Some(a);
+            }
+        }
         match info::getinfo(&q, h.as_ref(), &local) {
             Ok(v) => {
                 let mut head: *mut fi_info = ptr::null_mut();
@@ -309,7 +318,12 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
                         return -(FI_ENOMEM as c_int);
                     }
                     // SAFETY: p is a fresh fi_info.
-                    unsafe { (*p).next = head };
+                    unsafe {
+                        (*p).next = head;
+                        if let Some(ph) = pep_handle {
+                            (*p).handle = ph;
+                        }
+                    }
                     head = p;
                 }
                 // SAFETY: out checked non-NULL above.
