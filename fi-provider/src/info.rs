@@ -98,6 +98,9 @@ pub struct Hints {
     pub tx_msg_order: u64,
     pub rx_msg_order: u64,
     pub domain_caps: u64,
+    /// ep_attr tx/rx_ctx_cnt (FI_SHARED_CONTEXT = usize::MAX; > 1: scalable endpoints)
+    pub tx_ctx_cnt: u64,
+    pub rx_ctx_cnt: u64,
 }
 
 /// One answer of getinfo.
@@ -164,6 +167,10 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if !p.split(';').any(|n| n.eq_ignore_ascii_case(PROV_NAME)) {
             return Err(fi::FI_ENODATA);
         }
+    }
+    // one transmit and one receive context per endpoint: no shared or scalable contexts
+    if h.tx_ctx_cnt > 1 || h.rx_ctx_cnt > 1 {
+        return Err(fi::FI_ENODATA);
     }
     if h.domain_caps & !DOMAIN_CAPS != 0 {
         return Err(fi::FI_ENODATA);
@@ -375,6 +382,10 @@ mod tests {
         assert_eq!(v[0].rx_caps & (fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64, 0);
         let h = Hints { domain_caps: fi::FI_SHARED_AV as u64, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err());
+        let h = Hints { tx_ctx_cnt: u64::MAX, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "shared contexts");
+        let h = Hints { rx_ctx_cnt: 4, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "scalable endpoints");
     }
 
     #[test]

@@ -175,6 +175,8 @@ fn hints_from(h: &fi_info) -> Hints {
         o.ep_type = e.type_;
         o.max_msg_size = e.max_msg_size as u64;
         o.protocol = e.protocol;
+        o.tx_ctx_cnt = e.tx_ctx_cnt as u64;
+        o.rx_ctx_cnt = e.rx_ctx_cnt as u64;
     }
     if let Some(d) = opt(h.domain_attr) {
         o.mr_mode = Some(d.mr_mode as u32);
