@@ -1,0 +1,226 @@
+//! UCX over droce (issue 6): `libuct_droce.so` (package droce-ucx) preloaded into Debian's UCX
+//! 1.13.1 tools.
+//!
+//! - `ucx_info -d` lists the droce memory domain and both transports on device droce0;
+//! - `ucx_perftest` between two processes (server and client on this machine, the zero-config
+//!   memif pair named by a DROCE_LINK unique to the test): UCT-level am_lat, am_bw, put_lat,
+//!   put_bw, get (bcopy and zcopy), add_lat, fadd, swap, cswap (64 and 32 bit) over droce_rc,
+//!   am_lat and am_bw over droce_ud; UCP-level tag_lat, tag_bw, ucp_put_bw, ucp_get with
+//!   UCX_TLS=droce_rc,droce_ud;
+//! - a client whose peer dies ends (RC retries exhausted → error), it does not hang.
+//!
+//! The MPI jobs (MPICH, Open MPI pml ucx) are in tests/mpi.rs (`mod ucx`).
+//! Every process is bounded and killed by its process group at its deadline (tests/mpi/harness.rs).
+//! Skipped with a message when ucx_perftest / ucx_info are not installed (ucx-utils).
+
+#[path = "mpi/harness.rs"]
+mod harness;
+
+use harness::*;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn lib() -> PathBuf {
+    match std::env::var("DROCE_UCT_LIB") {
+        Ok(p) => PathBuf::from(p),
+        Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
+    }
+}
+
+fn tools() -> bool {
+    if have("ucx_perftest") && have("ucx_info") {
+        true
+    } else {
+        eprintln!("SKIP: ucx_perftest/ucx_info not installed (apt-get install -y ucx-utils)");
+        false
+    }
+}
+
+/// The environment of one droce process pair: the module preloaded, a private memif pair.
+fn pair_env(link: &str, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut e = env(&[("LD_PRELOAD", lib().to_str().unwrap()), ("DROCE_LINK", link)]);
+    e.extend(env(extra));
+    e
+}
+
+#[test]
+fn ucx_info_lists_droce_md_and_both_transports() {
+    if !tools() {
+        return;
+    }
+    let _g = serial();
+    let d = run("ucx_info -d", &args("ucx_info -d"), &pair_env(&unique("ucxinfo"), &[]), DEADLINE);
+    assert!(d.ok(), "{}", d.show());
+    for want in ["Memory domain: droce", "Component: droce", "Transport: droce_rc", "Transport: droce_ud", "Device: droce0", "connection: to ep", "connection: to iface"] {
+        assert!(d.out.contains(want), "ucx_info -d lacks '{want}':\n{}", d.show());
+    }
+}
+
+/// Figures of ucx_perftest's `Final:` line: iterations, typical latency (us), average
+/// latency (us), bandwidth (MB/s, average), message rate (msg/s, average).
+#[derive(Debug, Clone, Copy)]
+#[allow(dead_code)]
+struct Final {
+    iters: u64,
+    lat_typical: f64,
+    lat_avg: f64,
+    bw_mbs: f64,
+    rate: f64,
+}
+
+fn parse_final(out: &str) -> Option<Final> {
+    let l = out.lines().rev().find(|l| l.trim_start().starts_with("Final:"))?;
+    let v: Vec<f64> = l.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    (v.len() >= 8).then(|| Final { iters: v[0] as u64, lat_typical: v[1], lat_avg: v[2], bw_mbs: v[4], rate: v[6] })
+}
+
+/// One ucx_perftest run: server (`server_args`) then client to 127.0.0.1 (`client_args`).
+/// Returns the client's figures, or both processes' output on failure.
+fn perftest(server_args: &str, client_args: &str, env: &[(String, String)]) -> Result<Final, String> {
+    let _g = serial();
+    let port = free_port();
+    let srv_cmd = args(&format!("ucx_perftest -p {port} {server_args}"));
+    let mut srv = Proc::spawn("ucx_perftest server", &srv_cmd, env, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_listening(port) {
+        if !srv.running() || t0.elapsed() > Duration::from_secs(20) {
+            return Err(format!("server did not listen on {port}:\n{}", srv.finish().show()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cli_cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} {client_args}"));
+    let cli = run("ucx_perftest client", &cli_cmd, env, DEADLINE);
+    let srv = srv.finish();
+    match parse_final(&cli.out) {
+        Some(f) if cli.ok() && srv.ok() && f.iters > 0 => Ok(f),
+        _ => Err(format!("ucx_perftest pair failed:\n{}{}", cli.show(), srv.show())),
+    }
+}
+
+/// UCT level: `-d droce0 -x <tl>` on both sides.
+fn uct(tl: &str, test: &str, extra: &str) -> Final {
+    let e = pair_env(&unique("ucxpt"), &[]);
+    let dev = format!("-d droce0 -x {tl}");
+    perftest(&dev, &format!("{dev} -t {test} {extra}"), &e).unwrap_or_else(|m| panic!("{tl} {test} {extra}: {m}"))
+}
+
+/// UCP level with UCX_TLS=droce_rc,droce_ud.
+fn ucp(test: &str, extra: &str) -> Final {
+    let e = pair_env(&unique("ucxpt"), &[("UCX_TLS", "droce_rc,droce_ud")]);
+    perftest("", &format!("-t {test} {extra}"), &e).unwrap_or_else(|m| panic!("UCP {test} {extra}: {m}"))
+}
+
+const N: &str = "-n 2000 -w 100";
+
+#[test]
+fn uct_rc_am_lat_and_am_bw() {
+    if !tools() {
+        return;
+    }
+    let l = uct("droce_rc", "am_lat", N);
+    assert!(l.lat_typical > 0.0, "{l:?}");
+    let b = uct("droce_rc", "am_bw", &format!("{N} -s 1024"));
+    assert!(b.bw_mbs > 0.0, "{b:?}");
+    let z = uct("droce_rc", "am_bw", &format!("{N} -D zcopy -s 4000"));
+    assert!(z.bw_mbs > 0.0, "{z:?}");
+}
+
+#[test]
+fn uct_rc_put_lat_and_put_bw() {
+    if !tools() {
+        return;
+    }
+    uct("droce_rc", "put_lat", N);
+    uct("droce_rc", "put_bw", &format!("{N} -D bcopy -s 4096"));
+    let z = uct("droce_rc", "put_bw", "-n 300 -w 20 -D zcopy -s 65536");
+    assert!(z.bw_mbs > 0.0, "{z:?}");
+}
+
+#[test]
+fn uct_rc_get_bcopy_and_zcopy() {
+    if !tools() {
+        return;
+    }
+    uct("droce_rc", "get", &format!("{N} -D bcopy -s 4096"));
+    uct("droce_rc", "get", "-n 300 -w 20 -D zcopy -s 65536");
+}
+
+#[test]
+fn uct_rc_atomics_64_and_32_bit() {
+    if !tools() {
+        return;
+    }
+    for t in ["add_lat", "fadd", "swap", "cswap"] {
+        uct("droce_rc", t, "-n 1000 -w 50 -s 8");
+        uct("droce_rc", t, "-n 1000 -w 50 -s 4");
+    }
+}
+
+#[test]
+fn uct_ud_am_lat_and_am_bw() {
+    if !tools() {
+        return;
+    }
+    uct("droce_ud", "am_lat", N);
+    uct("droce_ud", "am_bw", &format!("{N} -s 512"));
+}
+
+#[test]
+fn ucp_tag_lat_tag_bw_put_bw_get() {
+    if !tools() {
+        return;
+    }
+    ucp("tag_lat", N);
+    ucp("tag_bw", "-n 500 -w 50 -s 65536");
+    ucp("ucp_put_bw", "-n 500 -w 50 -s 65536");
+    ucp("ucp_get", "-n 500 -w 50 -s 65536");
+    ucp("tag_lat", "-n 200 -w 10 -s 1000000");
+}
+
+/// The harness reports a failing pair (a transport that does not exist).
+#[test]
+fn perftest_failure_is_reported() {
+    if !tools() {
+        return;
+    }
+    let e = pair_env(&unique("ucxpt"), &[]);
+    let r = perftest("-d droce0 -x droce_nosuch", "-d droce0 -x droce_nosuch -t am_lat -n 10", &e);
+    assert!(r.is_err(), "a transport that does not exist must fail: {r:?}");
+}
+
+/// A peer that dies mid-test: the client's RC operations exhaust their retries (7 x 67 ms ACK
+/// timeout), the endpoint fails and every later operation returns "Endpoint timeout" (UCT
+/// perftest logs it and keeps trying, so the client is then ended by this test).
+#[test]
+fn failed_peer_surfaces_as_endpoint_timeout() {
+    if !tools() {
+        return;
+    }
+    let _g = serial();
+    let e = pair_env(&unique("ucxdie"), &[]);
+    let port = free_port();
+    let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_rc")), &e, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_listening(port) && srv.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x droce_rc -t put_bw -s 65536 -D zcopy -n 100000000"));
+    let mut cli = Proc::spawn("client", &cmd, &e, Duration::from_secs(60));
+    let t0 = Instant::now();
+    while !cli.output().contains("Message size") && cli.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(srv); // SIGTERM, then SIGKILL, to the server's process group
+    let killed = Instant::now();
+    while !cli.output().contains("Endpoint timeout") && cli.running() && killed.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = killed.elapsed();
+    let out = cli.output();
+    drop(cli);
+    assert!(out.contains("Endpoint timeout"), "no endpoint failure reported {seen:?} after the peer died:\n{out}");
+    assert!(seen < Duration::from_secs(10), "the failure took {seen:?}");
+}
