@@ -928,7 +928,7 @@ impl Engine {
         }
         let Some(op) = self.ops.remove(&wc.wr_id) else { return };
         let mut bounce_len = None;
-        if let (Some(b), WcStatus::Success) = (&op.bounce, wc.status) {
+        if let (Some(b), WcStatus::Success, OpKind::Recv) = (&op.bounce, wc.status, op.kind) {
             // GRH first, then the datagram: copy the datagram into the application's buffers
             // (registered ranges, so the device's memory accessors reach them).
             let n = (wc.byte_len as usize).min(b.area.len());

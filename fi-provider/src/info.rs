@@ -30,6 +30,7 @@ pub const CQ_DATA_SIZE: u64 = 4;
 const SEC_CAPS: u64 = fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64 | fi::FI_SOURCE as u64;
 pub const MSG_CAPS: u64 = fi::FI_MSG as u64
     | fi::FI_RMA as u64
+    | fi::FI_ATOMIC as u64
     | fi::FI_SEND as u64
     | fi::FI_RECV as u64
     | fi::FI_READ as u64
@@ -43,6 +44,18 @@ pub const DGRAM_CAPS: u64 =
 /// MR modes droce can work with; VIRT_ADDR|ALLOCATED|PROV_KEY are what RMA needs.
 pub const MR_MODE_SUPPORTED: u32 =
     fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
+/// The RoCE atomics (IBA 9.4.5): 64-bit fetch-and-add and compare-and-swap, aligned.
+/// `kind`: 0 = fi_atomic, FI_FETCH_ATOMIC, FI_COMPARE_ATOMIC.
+pub fn atomic_supported(datatype: u32, op: u32, kind: u64) -> bool {
+    let dt = datatype == fi::FI_UINT64 || datatype == fi::FI_INT64;
+    dt && match kind {
+        0 => op == fi::FI_SUM,
+        k if k == fi::FI_FETCH_ATOMIC => op == fi::FI_SUM || op == fi::FI_ATOMIC_READ,
+        k if k == fi::FI_COMPARE_ATOMIC => op == fi::FI_CSWAP,
+        _ => false,
+    }
+}
+
 /// Message orders RC keeps (what verbs reports for RC: a WRITE or SEND may pass a READ, so
 /// no WAR/SAR).
 pub const MSG_ORDER: u64 = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAR | fi::FI_ORDER_RAW | fi::FI_ORDER_RAS | fi::FI_ORDER_WAW | fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64;
@@ -366,6 +379,18 @@ mod tests {
         assert_eq!(getinfo(&q(), Some(&dg), &local()).unwrap()[0].mode, fi::FI_MSG_PREFIX);
         let rdm = Hints { ep_type: fi::FI_EP_RDM, ..Default::default() };
         assert!(getinfo(&q(), Some(&rdm), &local()).is_err());
+    }
+
+    #[test]
+    fn atomics_are_the_roce_ones() {
+        assert!(atomic_supported(fi::FI_UINT64, fi::FI_SUM, 0));
+        assert!(atomic_supported(fi::FI_INT64, fi::FI_SUM, fi::FI_FETCH_ATOMIC));
+        assert!(atomic_supported(fi::FI_UINT64, fi::FI_ATOMIC_READ, fi::FI_FETCH_ATOMIC));
+        assert!(atomic_supported(fi::FI_UINT64, fi::FI_CSWAP, fi::FI_COMPARE_ATOMIC));
+        assert!(!atomic_supported(fi::FI_UINT32, fi::FI_SUM, 0));
+        assert!(!atomic_supported(fi::FI_UINT64, fi::FI_PROD, 0));
+        assert!(!atomic_supported(fi::FI_UINT64, fi::FI_CSWAP_GT, fi::FI_COMPARE_ATOMIC));
+        assert!(!atomic_supported(fi::FI_UINT64, fi::FI_CSWAP, 0));
     }
 
     #[test]

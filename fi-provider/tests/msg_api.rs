@@ -1,7 +1,7 @@
 //! One process drives droce through the real libfabric API (fi_getinfo → ops tables): an
 //! FI_EP_MSG endpoint connects to its own passive endpoint (self-connect: the device loops frames
 //! to its own address), with CM data both ways; SEND with data checks, RMA write/read, writedata
-//! (FI_REMOTE_CQ_DATA), a rejected connect with reject data (EQ error entry), and shutdown.
+//! (FI_REMOTE_CQ_DATA), RoCE atomics (fetch-add, compare-swap), a rejected connect with reject data (EQ error entry), and shutdown.
 
 mod common;
 use droce_fi::sys::*;
@@ -209,6 +209,31 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         assert_ne!(wd.flags & FI_REMOTE_CQ_DATA as u64, 0);
         assert_eq!(wd.data, 0xdead_beef);
         assert_eq!(&rx[4096..4608], &tx[..512]);
+
+        // RoCE atomics on a 64-bit word of B: fetch-and-add, compare-and-swap, add
+        let word = rx.as_ptr() as u64;
+        assert_eq!(word % 8, 0);
+        rx[..8].copy_from_slice(&40u64.to_ne_bytes());
+        let (operand, compare) = (2u64, 42u64);
+        let res = tx.as_mut_ptr() as *mut c_void;
+        let r = call!(ep_a, atomic.readwrite(&operand as *const u64 as *const c_void, 1, null_mut(), res, desc_tx, FI_ADDR_UNSPEC, word, key, FI_UINT64, FI_SUM, 0x7777 as *mut c_void));
+        assert_eq!(r, 0, "fi_fetch_atomic");
+        let c = cq_wait(cq_a);
+        assert_eq!((c.op_context as usize, c.flags & (FI_ATOMIC | FI_READ) as u64), (0x7777, (FI_ATOMIC | FI_READ) as u64));
+        assert_eq!(u64::from_ne_bytes(tx[..8].try_into().unwrap()), 40, "fetched the old value");
+        assert_eq!(u64::from_ne_bytes(rx[..8].try_into().unwrap()), 42);
+        let swap = 7u64;
+        let r = call!(ep_a, atomic.compwrite(&swap as *const u64 as *const c_void, 1, null_mut(), &compare as *const u64 as *const c_void, null_mut(), res, desc_tx, FI_ADDR_UNSPEC, word, key, FI_UINT64, FI_CSWAP, 0x8888 as *mut c_void));
+        assert_eq!(r, 0, "fi_compare_atomic");
+        assert_eq!(cq_wait(cq_a).op_context as usize, 0x8888);
+        assert_eq!(u64::from_ne_bytes(tx[..8].try_into().unwrap()), 42);
+        assert_eq!(u64::from_ne_bytes(rx[..8].try_into().unwrap()), 7, "swapped");
+        let add = 3u64;
+        assert_eq!(call!(ep_a, atomic.write(&add as *const u64 as *const c_void, 1, null_mut(), FI_ADDR_UNSPEC, word, key, FI_UINT64, FI_SUM, 0x9999 as *mut c_void)), 0);
+        assert_eq!(cq_wait(cq_a).op_context as usize, 0x9999);
+        assert_eq!(u64::from_ne_bytes(rx[..8].try_into().unwrap()), 10);
+        let mut cnt = 0usize;
+        assert_eq!(call!(ep_a, atomic.writevalid(FI_UINT32, FI_SUM, &mut cnt)), -(FI_EOPNOTSUPP as i32), "only 64-bit atomics");
 
         // a third endpoint is rejected with reject data
         let ep_c = ep_setup(domain, info, eq, cq_a, 0xc);

@@ -105,7 +105,7 @@ static DOMAIN_OPS: fi_ops_domain = fi_ops_domain {
     poll_open: nosys!(fn(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int),
     stx_ctx: nosys!(fn(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int),
     srx_ctx: nosys!(fn(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
-    query_atomic: nosys!(fn(*mut fid_domain, fi_datatype, fi_op, *mut fi_atomic_attr, u64) -> c_int),
+    query_atomic: Some(super::ep::query_atomic),
     query_collective: nosys!(fn(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64) -> c_int),
     endpoint2: nosys!(fn(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, u64, *mut c_void) -> c_int),
 };

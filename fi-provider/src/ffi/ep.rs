@@ -184,19 +184,19 @@ static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
 
 static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
     size: std::mem::size_of::<fi_ops_atomic>(),
-    write: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    write: Some(atomic_write),
     writev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
     writemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, u64) -> isize),
     inject: nosys!(fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize),
-    readwrite: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    readwrite: Some(atomic_readwrite),
     readwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
     readwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
-    compwrite: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, *const c_void, *mut c_void, *mut c_void, *mut c_void, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
+    compwrite: Some(atomic_compwrite),
     compwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
     compwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
-    writevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
-    readwritevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
-    compwritevalid: nosys!(fn(*mut fid_ep, fi_datatype, fi_op, *mut usize) -> c_int),
+    writevalid: Some(atomic_writevalid),
+    readwritevalid: Some(atomic_readwritevalid),
+    compwritevalid: Some(atomic_compwritevalid),
 };
 
 static PEP_EP_OPS: fi_ops_ep = fi_ops_ep {
@@ -867,4 +867,125 @@ unsafe extern "C" fn rma_writedata(ep: *mut fid_ep, buf: *const c_void, len: usi
 
 unsafe extern "C" fn rma_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t, addr: u64, key: u64) -> isize {
     guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Write(addr, key), true))
+}
+
+// ---------------------------------------------------------------------------- atomics
+
+pub(crate) unsafe extern "C" fn query_atomic(_d: *mut fid_domain, datatype: fi_datatype, op: fi_op, attr: *mut fi_atomic_attr, flags: u64) -> c_int {
+    guard(EOTHER_I, || {
+        let kind = flags & (FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC);
+        if !pinfo::atomic_supported(datatype, op, kind) {
+            return -(FI_EOPNOTSUPP as c_int);
+        }
+        if !attr.is_null() {
+            // SAFETY: the caller's attribute struct.
+            unsafe { *attr = fi_atomic_attr { count: 1, size: 8 } };
+        }
+        0
+    })
+}
+
+fn valid(datatype: fi_datatype, op: fi_op, kind: u64, count: *mut usize) -> c_int {
+    if !pinfo::atomic_supported(datatype, op, kind) {
+        return -(FI_EOPNOTSUPP as c_int);
+    }
+    if !count.is_null() {
+        // SAFETY: the caller's count out-parameter.
+        unsafe { *count = 1 };
+    }
+    0
+}
+
+unsafe extern "C" fn atomic_writevalid(_ep: *mut fid_ep, datatype: fi_datatype, op: fi_op, count: *mut usize) -> c_int {
+    guard(EOTHER_I, || valid(datatype, op, 0, count))
+}
+unsafe extern "C" fn atomic_readwritevalid(_ep: *mut fid_ep, datatype: fi_datatype, op: fi_op, count: *mut usize) -> c_int {
+    guard(EOTHER_I, || valid(datatype, op, FI_FETCH_ATOMIC, count))
+}
+unsafe extern "C" fn atomic_compwritevalid(_ep: *mut fid_ep, datatype: fi_datatype, op: fi_op, count: *mut usize) -> c_int {
+    guard(EOTHER_I, || valid(datatype, op, FI_COMPARE_ATOMIC, count))
+}
+
+fn read_u64(p: *const c_void) -> Option<u64> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: an operand of the 64-bit datatype the caller names.
+    Some(unsafe { ptr::read_unaligned(p as *const u64) })
+}
+
+/// One RoCE atomic: FetchAdd (add) or CmpSwap (compare, swap); the 8-byte original lands in
+/// `result` (the application's, or a provider scratch word for fi_atomic).
+#[allow(clippy::too_many_arguments)]
+fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, kind: u64, operand: (u64, u64), result: Option<(u64, *mut c_void)>, addr: u64, key: u64, context: *mut c_void) -> isize {
+    if count != 1 || !pinfo::atomic_supported(datatype, op, kind) {
+        return -(FI_EOPNOTSUPP as isize);
+    }
+    let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
+    let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
+    let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
+    let report = !x.tx_selective || x.tx_op_flags & FI_COMPLETION as u64 != 0;
+    let mut tmp = Vec::new();
+    let mut bounce = None;
+    let (seg, buf) = match result {
+        Some((r, desc)) => match segments(&mut e, &[(r, 8)], &[desc], &mut tmp) {
+            Ok(s) => (s[0], r),
+            Err(x) => return -(x as isize),
+        },
+        None => {
+            let mut area = vec![0u8; 8].into_boxed_slice();
+            let a = area.as_mut_ptr() as u64;
+            match register(&mut e, a, 8, AccessFlags::LOCAL_WRITE) {
+                Ok(m) => {
+                    tmp.push(m.lkey);
+                    bounce = Some(engine::Bounce { area, user: Vec::new() });
+                    (Seg { addr: a, len: 8, lkey: m.lkey }, 0)
+                }
+                Err(x) => return -(x as isize),
+            }
+        }
+    };
+    let (opcode, atomic) = if op == FI_CSWAP { (SendOpcode::CmpSwap, operand) } else { (SendOpcode::FetchAdd, (operand.0, 0)) };
+    let flags = FI_ATOMIC as u64 | if kind == 0 { FI_WRITE as u64 } else { FI_READ as u64 };
+    let op = Op { ep: o.id, kind: OpKind::Atomic, context: context as usize, flags, buf, len: 8, report, tmp_mrs: tmp.clone(), bounce };
+    let r = e.post_send(o.id, SendReq { opcode, segs: vec![seg], inline: false, imm: None, remote: Some((addr, Rkey(key as u32))), atomic, dest: Some(0), op });
+    if r.is_err() {
+        for l in tmp {
+            e.remove_mr(l);
+        }
+    }
+    ret_ssize(r)
+}
+
+unsafe extern "C" fn atomic_write(ep: *mut fid_ep, buf: *const c_void, count: usize, _desc: *mut c_void, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        let Some(v) = read_u64(buf) else { return -(FI_EINVAL as isize) };
+        post_atomic(ep, count, datatype, op, 0, (v, 0), None, addr, key, context)
+    })
+}
+
+unsafe extern "C" fn atomic_readwrite(ep: *mut fid_ep, buf: *const c_void, count: usize, _desc: *mut c_void, result: *mut c_void, result_desc: *mut c_void, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        // FI_ATOMIC_READ has no operand: a fetch-and-add of 0.
+        let v = if op == FI_ATOMIC_READ { 0 } else {
+            match read_u64(buf) {
+                Some(v) => v,
+                None => return -(FI_EINVAL as isize),
+            }
+        };
+        if result.is_null() {
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, count, datatype, op, FI_FETCH_ATOMIC, (v, 0), Some((result as u64, result_desc)), addr, key, context)
+    })
+}
+
+unsafe extern "C" fn atomic_compwrite(ep: *mut fid_ep, buf: *const c_void, count: usize, _desc: *mut c_void, compare: *const c_void, _compare_desc: *mut c_void, result: *mut c_void, result_desc: *mut c_void, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        let (Some(swap), Some(cmp)) = (read_u64(buf), read_u64(compare)) else { return -(FI_EINVAL as isize) };
+        if result.is_null() {
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, count, datatype, op, FI_COMPARE_ATOMIC, (cmp, swap), Some((result as u64, result_desc)), addr, key, context)
+    })
 }

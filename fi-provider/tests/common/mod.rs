@@ -7,11 +7,25 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The directory holding `libdroce_fi.so` (cargo builds the cdylib next to the test's deps dir).
+/// A private directory holding a link to the `libdroce_fi.so` this `cargo test` built (the
+/// cdylib in the deps directory next to the test binary; `target/<profile>/libdroce_fi.so`
+/// is only refreshed by `cargo build`).
 pub fn provider_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf();
-    assert!(dir.join("libdroce_fi.so").exists(), "libdroce_fi.so not built in {}", dir.display());
+    let deps = exe.parent().expect("deps dir").to_path_buf();
+    let so = [deps.join("libdroce_fi.so"), deps.parent().map(|d| d.join("libdroce_fi.so")).unwrap_or_default()]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("libdroce_fi.so not built next to {}", exe.display()));
+    // inside the target dir: nothing to clean up, the same link for every test binary
+    let dir = deps.parent().unwrap_or(&deps).join("droce-fi-provider");
+    let _ = std::fs::create_dir_all(&dir);
+    let link = dir.join("libdroce_fi.so");
+    if std::fs::read_link(&link).ok().as_deref() != Some(so.as_path()) {
+        let _ = std::fs::remove_file(&link);
+        let _ = std::os::unix::fs::symlink(&so, &link);
+    }
+    assert!(link.exists(), "provider link {}", link.display());
     dir
 }
 
