@@ -1,0 +1,215 @@
+//! libfabric front end of droce, tested with libfabric's own tools (libfabric-bin 1.17):
+//! `fi_info` lists `droce` (FI_EP_MSG, FI_EP_DGRAM) and `droce;ofi_rxm` (FI_EP_RDM, FI_TAGGED),
+//! and `fi_pingpong` runs between two processes over msg, dgram and rdm with data checks (-c).
+//!
+//! The provider is `libdroce_fi.so`, built by `cargo build -p droce-fi` into this test's target
+//! directory (tests/mpi/harness.rs: `fi_provider_dir`; `DROCE_FI_PROVIDER_DIR` overrides).
+//! Each process gets `FI_PROVIDER_PATH=<that dir>`, `FI_PROVIDER=droce` and a `DROCE_LINK` of
+//! its own pair (the zero-config memif wire, named so that concurrent pairs on the machine
+//! cannot meet); nothing else.
+//!
+//! The same runners are exercised against libfabric's tcp (msg, rdm via tcp;ofi_rxm) and udp
+//! (dgram) providers over loopback (`harness_*` tests): they prove the harness itself works and
+//! can fail, independent of droce.
+//!
+//! Every process is bounded (DEADLINE) and killed by its process group at the deadline; a
+//! failure shows the command lines and the output of both processes.
+
+#[path = "mpi/harness.rs"]
+mod harness;
+
+use harness::*;
+use std::time::{Duration, Instant};
+
+/// Most one fi_info / fi_pingpong process may take (a loaded 2-core machine stretches tcp's
+/// 1 MiB round trips to tens of ms).
+const DEADLINE: Duration = Duration::from_secs(120);
+/// Round trips per message size (each payload checked).
+const ITERS: &str = "20";
+/// How long a pingpong server may take to open its control socket.
+const SERVER_UP: Duration = Duration::from_secs(20);
+
+/// Which provider a run uses and the environment that selects it.
+struct Prov {
+    name: &'static str,
+    env: Vec<(String, String)>,
+}
+
+fn droce() -> Prov {
+    let dir = fi_provider_dir();
+    let link = unique("fab");
+    Prov {
+        name: "droce",
+        env: env(&[("FI_PROVIDER_PATH", dir.to_str().unwrap()), ("FI_PROVIDER", "droce"), ("DROCE_LINK", &link)]),
+    }
+}
+
+fn system(name: &'static str) -> Prov {
+    Prov { name, env: env(&[("FI_PROVIDER", name)]) }
+}
+
+fn need_tools() -> bool {
+    if have("fi_info") && have("fi_pingpong") {
+        return true;
+    }
+    // scripts/setup-deps.sh installs libfabric-bin; a machine without it cannot run these
+    panic!("fi_info / fi_pingpong not found: install libfabric-bin (scripts/setup-deps.sh)");
+}
+
+/// (provider, endpoint type) pairs listed by `fi_info` with the given arguments.
+fn fi_info(p: &Prov, extra: &str) -> (Done, Vec<(String, String)>) {
+    let mut cmd = args("fi_info");
+    cmd.extend(args(extra));
+    let d = run("fi_info", &cmd, &p.env, DEADLINE);
+    let mut pairs = Vec::new();
+    let mut prov = None;
+    for l in d.out.lines() {
+        let l = l.trim();
+        if let Some(v) = l.strip_prefix("provider:") {
+            prov = Some(v.trim().to_string());
+        } else if let Some(v) = l.strip_prefix("type:") {
+            if let Some(p) = prov.take() {
+                pairs.push((p, v.trim().to_string()));
+            }
+        }
+    }
+    (d, pairs)
+}
+
+fn assert_lists(p: &Prov, extra: &str, want: &[(&str, &str)]) {
+    let (d, pairs) = fi_info(p, extra);
+    assert!(d.ok(), "fi_info {extra} failed:\n{}", d.show());
+    for (prov, ty) in want {
+        assert!(
+            pairs.iter().any(|(a, b)| a == prov && b == ty),
+            "fi_info {extra}: no entry with provider {prov} and type {ty}; listed: {pairs:?}\n{}",
+            d.show()
+        );
+    }
+}
+
+/// fi_pingpong server + client on `ep`; both must exit 0 and the client must report `sizes`.
+fn pingpong(p: &Prov, ep: &str, extra: &str) -> Result<(Done, Done), String> {
+    let _g = serial();
+    let port = free_port();
+    // -c checks every payload (not -v: with -c it prints a line per verified byte)
+    let common = format!("fi_pingpong -p {} -e {ep} -I {ITERS} -c {extra}", p.name);
+    let mut env = p.env.clone();
+    if ep == "rdm" {
+        // ofi_rxm logs its endpoint settings at info level: proof that rdm ran through rxm
+        env.extend(harness::env(&[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "ofi_rxm")]));
+    }
+    let server = Proc::spawn("fi_pingpong server", &args(&format!("{common} -B {port}")), &env, DEADLINE);
+    let t0 = Instant::now();
+    let mut s = server;
+    while !tcp_listening(port) {
+        if !s.running() || t0.elapsed() > SERVER_UP {
+            let sd = s.finish();
+            return Err(format!("the server never opened its control port {port}:\n{}", sd.show()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = Proc::spawn("fi_pingpong client", &args(&format!("{common} -P {port} 127.0.0.1")), &env, DEADLINE);
+    let cd = c.finish();
+    let sd = s.finish();
+    let both = format!("{}{}", cd.show(), sd.show());
+    if !cd.ok() || !sd.ok() {
+        return Err(format!("fi_pingpong -e {ep} over {} failed:\n{both}", p.name));
+    }
+    Ok((sd, cd))
+}
+
+/// The client prints one result row per message size: "<size> <iters> <total> <time> ..."
+fn sizes_reported(client_out: &str) -> Vec<String> {
+    client_out
+        .lines()
+        .filter_map(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            (c.len() >= 6 && c[1] == ITERS && c[0].chars().next().map(|ch| ch.is_ascii_digit()).unwrap_or(false))
+                .then(|| c[0].to_string())
+        })
+        .collect()
+}
+
+/// For rdm: both processes opened an ofi_rxm endpoint (over the provider named with -p).
+fn check_rxm(ep: &str, r: &(Done, Done)) {
+    if ep != "rdm" {
+        return;
+    }
+    for d in [&r.0, &r.1] {
+        assert!(d.out.contains("rxm_ep_settings_init"), "fi_pingpong -e rdm: {} opened no ofi_rxm endpoint:\n{}", d.name, d.show());
+    }
+}
+
+fn check_sizes(ep: &str, r: &(Done, Done), want: &[&str]) {
+    let got = sizes_reported(&r.1.out);
+    for w in want {
+        assert!(got.iter().any(|g| g == w), "fi_pingpong -e {ep}: no result row for {w} B (rows: {got:?})\n{}{}", r.1.show(), r.0.show());
+    }
+}
+
+fn ok_pingpong(p: &Prov, ep: &str, want: &[&str]) {
+    match pingpong(p, ep, "") {
+        Ok(r) => {
+            check_rxm(ep, &r);
+            check_sizes(ep, &r, want)
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+// ---------------------------------------------------------------- droce
+
+#[test]
+fn fi_info_lists_droce_msg_dgram_and_rxm_rdm() {
+    need_tools();
+    let p = droce();
+    assert_lists(&p, "-p droce", &[("droce", "FI_EP_MSG"), ("droce", "FI_EP_DGRAM"), ("droce;ofi_rxm", "FI_EP_RDM")]);
+    // rdm with tagged messages (what Open MPI's mtl ofi asks for)
+    assert_lists(&p, "-p droce;ofi_rxm -c FI_TAGGED -t FI_EP_RDM", &[("droce;ofi_rxm", "FI_EP_RDM")]);
+}
+
+#[test]
+fn fi_pingpong_msg_droce() {
+    need_tools();
+    ok_pingpong(&droce(), "msg", &["64", "1k", "64k", "1m"]);
+}
+
+#[test]
+fn fi_pingpong_dgram_droce() {
+    need_tools();
+    ok_pingpong(&droce(), "dgram", &["64", "256", "1k"]);
+}
+
+#[test]
+fn fi_pingpong_rdm_droce() {
+    need_tools();
+    ok_pingpong(&droce(), "rdm", &["64", "1k", "64k", "1m"]);
+}
+
+// ---------------------------------------------------------------- harness self-checks
+
+#[test]
+fn harness_fi_info_tcp() {
+    need_tools();
+    assert_lists(&system("tcp"), "-p tcp", &[("tcp", "FI_EP_MSG"), ("tcp;ofi_rxm", "FI_EP_RDM")]);
+}
+
+#[test]
+fn harness_fi_pingpong_tcp_msg_rdm_udp_dgram() {
+    need_tools();
+    ok_pingpong(&system("tcp"), "msg", &["64", "1k", "64k", "1m"]);
+    ok_pingpong(&system("tcp"), "rdm", &["64", "1k", "64k", "1m"]);
+    ok_pingpong(&system("udp"), "dgram", &["64", "256", "1k"]);
+}
+
+#[test]
+fn harness_reports_a_failing_pingpong() {
+    need_tools();
+    // tcp has no FI_EP_DGRAM: both processes fail, and the runner must say so with the output
+    let e = pingpong(&system("tcp"), "dgram", "").expect_err("fi_pingpong -p tcp -e dgram cannot succeed");
+    assert!(e.contains("fi_getinfo") || e.contains("exit code"), "failure report lacks the output:\n{e}");
+    // a process that outlives its deadline is killed and reported as such
+    let d = run("sleeper", &args("sleep 30"), &[], Duration::from_millis(300));
+    assert!(d.timed_out && !d.ok() && d.secs < 10.0, "deadline not enforced: {d:?}");
+}

@@ -1,0 +1,303 @@
+//! Shared by tests/fabric.rs and tests/mpi.rs (included with `#[path]`): bounded child processes
+//! with captured output, and the location of the workspace's provider libraries.
+//!
+//! Every child runs in its own process group; at its deadline the group is sent SIGTERM, then
+//! SIGKILL (by the group id of the group this harness created, never by name), so an `mpirun`
+//! takes its ranks with it.
+//!
+//! # Where the provider libraries come from
+//! `workspace_cdylib(package, file)` runs `cargo build -p <package>` (same profile as this test,
+//! same target directory, a no-op when it is up to date) and returns
+//! `<target dir>/<profile>/<file>`. The target directory is the one this test executable lives in
+//! (`<target>/<profile>/deps/<test>-<hash>`), so `CARGO_TARGET_DIR` and `--release` are honoured
+//! without configuration. `DROCE_FI_PROVIDER_DIR` / `DROCE_UCT_LIB` (checked by the callers)
+//! point the tests at an installed copy instead.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs are serialised: every process busy-polls and the CI machine has two cores.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A name unique to this test process and call.
+pub fn unique(tag: &str) -> String {
+    format!("{tag}{}x{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A TCP port for one server/client pair that nothing on this machine listens on now.
+pub fn free_port() -> u16 {
+    for _ in 0..200 {
+        let p = 20000 + ((std::process::id().wrapping_mul(7) + SEQ.fetch_add(1, Ordering::Relaxed) * 13) % 30000) as u16;
+        if !tcp_listening(p) && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free TCP port found");
+}
+
+/// Is some socket on this machine (this network namespace) listening on TCP `port`?
+/// Reads /proc/net/tcp{,6}: a probe connection would consume a one-shot server's accept.
+pub fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| {
+                t.lines().skip(1).any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+                })
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// A running child whose stdout and stderr are collected (interleaved) by reader threads.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    started: Instant,
+    deadline: Duration,
+    out: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+pub struct Done {
+    pub name: String,
+    /// Exit code; None when killed by a signal or at the deadline.
+    pub code: Option<i32>,
+    pub timed_out: bool,
+    pub secs: f64,
+    pub out: String,
+}
+
+impl Done {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+    /// One block for an assertion message.
+    pub fn show(&self) -> String {
+        let how = if self.timed_out {
+            "KILLED AT ITS DEADLINE".to_string()
+        } else {
+            match self.code {
+                Some(c) => format!("exit code {c}"),
+                None => "killed by a signal".to_string(),
+            }
+        };
+        format!("----- {} ({how}, {:.1} s) -----\n{}\n", self.name, self.secs, self.out.trim_end())
+    }
+}
+
+impl Proc {
+    /// Spawns `cmd` (program + args) with `env` added to the inherited environment.
+    pub fn spawn(name: &str, cmd: &[String], env: &[(String, String)], deadline: Duration) -> Proc {
+        let mut c = Command::new(&cmd[0]);
+        c.args(&cmd[1..]).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        // own process group: the deadline kill reaches grandchildren (mpirun's ranks)
+        c.process_group(0);
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("cannot start {}: {e}", cmd[0]));
+        let out = Arc::new(Mutex::new(format!("$ {}{}\n", env_str(env), cmd.join(" "))));
+        let mut readers = Vec::new();
+        let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+        let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+        for mut r in [so, se] {
+            let o = out.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            }));
+        }
+        Proc { name: name.to_string(), child, started: Instant::now(), deadline, out, readers }
+    }
+
+    pub fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    fn kill_group(&mut self) {
+        let pgid = self.child.id() as libc::pid_t; // the group this harness created for it
+        // SAFETY: kill(2) with a negative pid signals that process group; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, libc::SIGTERM);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            if !self.running() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+
+    /// Waits for the exit; at the deadline kills the process group.
+    pub fn finish(mut self) -> Done {
+        let mut timed_out = false;
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s.code(),
+                Ok(None) if self.started.elapsed() > self.deadline => {
+                    timed_out = true;
+                    self.kill_group();
+                    let _ = self.child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => break None,
+            }
+        };
+        // a grandchild that kept the pipes open must not hold the readers forever
+        if !timed_out {
+            let pgid = self.child.id() as libc::pid_t;
+            let t0 = Instant::now();
+            while self.readers.iter().any(|r| !r.is_finished()) && t0.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if self.readers.iter().any(|r| !r.is_finished()) {
+                // SAFETY: kill(2) on the process group this harness created.
+                unsafe {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+            }
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let secs = self.started.elapsed().as_secs_f64();
+        Done { name: self.name.clone(), code, timed_out, secs, out: self.output() }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill_group();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn env_str(env: &[(String, String)]) -> String {
+    env.iter().map(|(k, v)| format!("{k}={v} ")).collect()
+}
+
+/// Runs one command to completion (bounded).
+pub fn run(name: &str, cmd: &[String], env: &[(String, String)], deadline: Duration) -> Done {
+    Proc::spawn(name, cmd, env, deadline).finish()
+}
+
+pub fn args(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+pub fn have(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// `<target dir>/<profile>` of this test executable.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("test exe dir");
+    if deps.file_name().map(|n| n == "deps").unwrap_or(false) {
+        deps.parent().expect("profile dir").to_path_buf()
+    } else {
+        deps.to_path_buf()
+    }
+}
+
+/// Builds workspace package `package` (a cdylib) with the same profile into the same target
+/// directory as this test and returns the path of `file` there. Built once per test process.
+pub fn workspace_cdylib(package: &str, file: &str) -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Mutex<Vec<(String, Result<PathBuf, String>)>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    let mut b = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, r)) = b.iter().find(|(p, _)| p == package) {
+        return r.clone();
+    }
+    let r = build_cdylib(package, file);
+    b.push((package.to_string(), r.clone()));
+    r
+}
+
+fn build_cdylib(package: &str, file: &str) -> Result<PathBuf, String> {
+    let prof = profile_dir();
+    let target = prof.parent().ok_or("no target dir")?.to_path_buf();
+    let profile = prof.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_string();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_string());
+    let mut c = Command::new(cargo);
+    c.current_dir(env!("CARGO_MANIFEST_DIR")).args(["build", "--quiet", "-p", package]);
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            c.arg("--release");
+        }
+        other => {
+            c.args(["--profile", other]);
+        }
+    }
+    c.env("CARGO_TARGET_DIR", &target);
+    let o = c.output().map_err(|e| format!("cargo build -p {package}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!("cargo build -p {package} failed:\n{}", String::from_utf8_lossy(&o.stderr)));
+    }
+    let p = prof.join(file);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!("cargo build -p {package} succeeded but {} does not exist", p.display()))
+    }
+}
+
+/// Directory of the built libfabric provider (`libdroce_fi.so`): `DROCE_FI_PROVIDER_DIR` if set,
+/// else built from the workspace.
+pub fn fi_provider_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("DROCE_FI_PROVIDER_DIR") {
+        return PathBuf::from(d);
+    }
+    match workspace_cdylib("droce-fi", "libdroce_fi.so") {
+        Ok(p) => p.parent().unwrap().to_path_buf(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+pub fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+pub fn repo_path(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
