@@ -195,6 +195,9 @@ pub struct Ep {
     pub rx_op_flags: u64,
     /// DGRAM: the application leaves FI_MSG_PREFIX room in its buffers.
     pub prefix: bool,
+    /// The CM agent is done with this endpoint's connection (Disconnected, Rejected or
+    /// TimedOut reported): its QP may be destroyed.
+    pub cm_done: bool,
 }
 
 #[derive(Debug)]
@@ -301,6 +304,10 @@ pub struct Engine {
     conns: HashMap<ConnId, Id>,
     /// rdma_cm port → passive endpoint
     listeners: HashMap<u16, Id>,
+    /// QPs of closed endpoints whose connection the CM agent still drives (a DREQ/DREP or
+    /// REQ in flight): destroyed at the connection's terminal event, because the agent moves
+    /// the QP it holds to ERROR then and a destroyed handle may already name a new QP.
+    zombies: HashMap<ConnId, QpHandle>,
     next_port: u16,
     /// Registered bounce area for inline sends of unregistered buffers.
     pub bounce: Option<(&'static mut [u8], Lkey)>,
@@ -356,6 +363,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             mrs: BTreeMap::new(),
             conns: HashMap::new(),
             listeners: HashMap::new(),
+            zombies: HashMap::new(),
             next_port: 0xc000,
             bounce: None,
             auto_progress: false,
@@ -477,6 +485,7 @@ impl Engine {
                 tx_op_flags: 0,
                 rx_op_flags: 0,
                 prefix: true,
+                cm_done: false,
             },
         );
         id
@@ -545,8 +554,17 @@ impl Engine {
             let (cm, dev) = h.cm_and_dev();
             let _ = cm.disconnect(dev, c);
         }
-        if let Some(qp) = ep.qp {
-            let _ = h.dev().device_mut().destroy_qp(qp);
+        match (ep.qp, ep.conn) {
+            (Some(qp), Some(c)) if !ep.cm_done => {
+                // keep it out of the way (ERROR) until the agent lets go of it
+                let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+                let _ = h.dev().device_mut().modify_qp(qp, &a, QpAttrMask::STATE);
+                self.zombies.insert(c, qp);
+            }
+            (Some(qp), _) => {
+                let _ = h.dev().device_mut().destroy_qp(qp);
+            }
+            _ => {}
         }
         drop(h);
         if let Some(c) = ep.conn {
@@ -856,6 +874,15 @@ impl Engine {
     fn cm_event(&mut self, e: CmAgentEvent) {
         if debug() {
             eprintln!("droce-fi: cm event {e:?}");
+        }
+        if let CmAgentEvent::Disconnected { id } | CmAgentEvent::Rejected { id, .. } | CmAgentEvent::TimedOut { id } = &e {
+            if let Some(qp) = self.zombies.remove(id) {
+                let _ = self.host().dev().device_mut().destroy_qp(qp);
+                return;
+            }
+            if let Some(ep) = self.conns.get(id).and_then(|x| self.eps.get_mut(x)) {
+                ep.cm_done = true;
+            }
         }
         match e {
             CmAgentEvent::ConnectRequest { id, src, dst, private_data, .. } => {
