@@ -62,9 +62,12 @@ pub fn wait_bounded(mut child: Child, limit: Duration) -> (Option<i32>, String) 
     (out.status.code(), text)
 }
 
-/// A unique name per test process and call site.
+/// A zero-config link name no other test uses.
 pub fn unique(tag: &str) -> String {
-    format!("fit-{tag}-{}", std::process::id())
+    // every call its own link: parallel tests must not compete for the two zero-config roles
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("fit-{tag}-{}-{n}", std::process::id())
 }
 
 /// Runs a fi_pingpong server and client pair; returns (server, client) exit codes and output.
