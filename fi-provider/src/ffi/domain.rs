@@ -367,13 +367,18 @@ unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
 
 unsafe extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
     guard(EOTHER_I, || {
-        if command as u32 != FI_GETWAIT || arg.is_null() {
+        if !matches!(command as u32, FI_GETWAIT | FI_GETWAITOBJ) || arg.is_null() {
             return -(FI_ENOSYS as c_int);
         }
         // SAFETY: f is the fid of a CqObj.
         let id = unsafe { (*(f as *const CqObj)).id };
         let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
         match e.cqs.get(&id).and_then(|c| c.q.signal.as_ref()) {
+            Some(_) if command as u32 == FI_GETWAITOBJ => {
+                // SAFETY: FI_GETWAITOBJ takes an enum fi_wait_obj*.
+                unsafe { *(arg as *mut fi_wait_obj) = FI_WAIT_FD };
+                0
+            }
             Some(s) => {
                 // SAFETY: FI_GETWAIT on an FD wait object takes an int*.
                 unsafe { *(arg as *mut c_int) = s.fd() };
@@ -586,13 +591,18 @@ unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
 
 unsafe extern "C" fn eq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
     guard(EOTHER_I, || {
-        if command as u32 != FI_GETWAIT || arg.is_null() {
+        if !matches!(command as u32, FI_GETWAIT | FI_GETWAITOBJ) || arg.is_null() {
             return -(FI_ENOSYS as c_int);
         }
         // SAFETY: f is the fid of an EqObj.
         let id = unsafe { (*(f as *const EqObj)).id };
         let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
         match e.eqs.get(&id).and_then(|q| q.signal.as_ref()) {
+            Some(_) if command as u32 == FI_GETWAITOBJ => {
+                // SAFETY: FI_GETWAITOBJ takes an enum fi_wait_obj*.
+                unsafe { *(arg as *mut fi_wait_obj) = FI_WAIT_FD };
+                0
+            }
             Some(s) => {
                 // SAFETY: FI_GETWAIT on an FD wait object takes an int*.
                 unsafe { *(arg as *mut c_int) = s.fd() };
