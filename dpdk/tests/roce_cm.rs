@@ -1,13 +1,14 @@
 //! IB CM over QP1 between two RoceDevices back to back over memif (manual progress):
 //! listen/connect/accept with private data both ways → Established on both sides → RC SEND,
 //! WRITE and READ over the connected QPs; disconnect from either side; a consumer reject with
-//! private data (REJ 28); a REQ to a service nobody listens on (REJ 8). IPv4 and IPv6.
+//! private data (REJ 28); a failed accept (REJ 28 at once); a REQ to a service nobody listens
+//! on (REJ 8). IPv4 and IPv6.
 
 mod roce_util;
 
 use droce_dpdk::roce::cm::{to_init, CmAgent, CmAgentConfig, CmAgentEvent, ConnId, ConnectParams};
 use droce_dpdk::roce::RoceDevice;
-use droce_transport::qp::{QpState, QpType};
+use droce_transport::qp::{QpHandle, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{RecvWr, SendOpcode, SendWr};
 use roce_util::*;
@@ -221,6 +222,28 @@ fn cm_connect_accept_reject_disconnect() {
         e => panic!("want Rejected, got {e:?}"),
     }
     assert_eq!(b.dev.device().qp_state(qb), Some(QpState::Err));
+
+    // A failed accept (a QP that cannot be programmed) refuses with a REJ at once: the
+    // active side does not wait out its REP timeout.
+    let qb = create_qp(&mut b.dev, &rb, QpType::Rc);
+    let cid = b.cm.connect(&mut b.dev, SocketAddr::new(ipa.into(), 7174), qb, &params(b"")).unwrap();
+    let sid = match event(&mut a, &mut b, 0) {
+        CmAgentEvent::ConnectRequest { id, .. } => id,
+        e => panic!("{e:?}"),
+    };
+    let t0 = Instant::now();
+    assert!(a.cm.accept(&mut a.dev, sid, QpHandle(0xdead), &params(b"")).is_err());
+    assert!(a.cm.reject(sid, b"").is_err(), "the request is gone after the failed accept");
+    match event(&mut a, &mut b, 1) {
+        CmAgentEvent::Rejected { id, reason, .. } => {
+            assert_eq!(id, cid);
+            assert_eq!(reason.0, 28);
+        }
+        e => panic!("want Rejected, got {e:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "REJ took {:?}", t0.elapsed());
+    assert_eq!(b.dev.device().qp_state(qb), Some(QpState::Err));
+    assert_eq!(a.cm.counters().qp_errors, 1);
 
     // Unknown service: REJ 8 from the endpoint, no event on a.
     let qb = create_qp(&mut b.dev, &rb, QpType::Rc);

@@ -425,13 +425,25 @@ impl CmAgent {
 
     /// Accepts the connect request `id` with `qp` (RC, RESET or INIT): the QP goes to RTR and
     /// RTS now, the REP leaves with the next `poll`; `Established` follows the RTU.
+    ///
+    /// When `qp` cannot be programmed the request is refused instead: a REJ (reason 28,
+    /// consumer defined, what Linux's CM sends when the passive consumer gives up on a REQ)
+    /// leaves with the next `poll`, `id` is gone, and the error is returned.
     pub fn accept(&mut self, dev: &mut RoceDevice, id: ConnId, qp: QpHandle, p: &ConnectParams) -> Result<(), CmAgentError> {
         let Some(Slot::Pending(inc)) = self.slots.get(&id) else {
             return Err(CmAgentError::InvalidConn);
         };
         let inc = (**inc).clone();
-        to_init(dev, qp)?;
-        let local_qpn = dev.device().query_qp(qp).map_err(|e| CmAgentError::Qp(format!("{e:?}")))?.qp_num;
+        let local = to_init(dev, qp).and_then(|()| dev.device().query_qp(qp).map_err(|e| CmAgentError::Qp(format!("{e:?}"))));
+        let local_qpn = match local {
+            Ok(info) => info.qp_num,
+            Err(e) => {
+                self.counters.qp_errors += 1;
+                self.slots.remove(&id);
+                self.ep.reject(&inc, RejectReason::CONSUMER_DEFINED, &[]);
+                return Err(e);
+            }
+        };
         let r = splitmix(&mut self.rng);
         let psn = Psn::new(r as u32 & 0xff_ffff);
         let mut inc_capped = inc.clone();
@@ -440,19 +452,22 @@ impl CmAgent {
         inc_capped.req.responder_resources = inc.req.responder_resources.min(p.initiator_depth.max(1));
         inc_capped.req.path_mtu = inc.req.path_mtu.min(dev.path_mtu() as u8);
         let h = self.ep.accept_with_private_data(dev.now(), &inc_capped, local_qpn, psn, self.ca_guid, &p.private_data);
+        let params = self.ep.connection(h).and_then(|c| c.params()).cloned();
+        let programmed = match params {
+            Some(params) => self.rtr_rts(dev, qp, &params),
+            None => Err(CmAgentError::Qp("no parameters after accept".into())),
+        };
+        if let Err(e) = programmed {
+            // The REP has not left yet (it goes with the next poll): send a REJ in its place.
+            self.counters.qp_errors += 1;
+            self.slots.remove(&id);
+            self.ep.abort_accept(h, &inc_capped, RejectReason::CONSUMER_DEFINED, &[]);
+            to_error(dev, qp);
+            return Err(e);
+        }
         self.slots.insert(id, Slot::Live { h, qp });
         self.by_handle.insert(h, id);
-        let params = self.ep.connection(h).and_then(|c| c.params()).cloned();
-        match params {
-            Some(params) => {
-                if let Err(e) = self.rtr_rts(dev, qp, &params) {
-                    self.counters.qp_errors += 1;
-                    return Err(e);
-                }
-                Ok(())
-            }
-            None => Err(CmAgentError::Qp("no parameters after accept".into())),
-        }
+        Ok(())
     }
 
     /// Refuses the connect request `id` with REJ reason 28 (consumer defined, `rdma_reject`).

@@ -199,6 +199,29 @@ impl CmEndpoint {
         ));
     }
 
+    /// Takes back the accept `h` of `incoming` when the consumer could not program its QP:
+    /// the connection is forgotten, its REP is dropped if it has not left yet (it has not
+    /// unless `poll_transmit` ran since the accept), and a REJ with `reason` refuses the REQ
+    /// instead (IBA 12.6.7: the passive side rejects a REQ it cannot satisfy; the peer then
+    /// fails fast instead of waiting out its REP timeout). False if `h` is unknown.
+    pub fn abort_accept(&mut self, h: ConnHandle, incoming: &Incoming, reason: RejectReason, private_data: &[u8]) -> bool {
+        let Some(e) = self.conns.remove(&h) else {
+            return false;
+        };
+        let tid = incoming.transaction_id;
+        let mut local_comm_id = 0;
+        self.outbox.retain(|(peer, m)| match &m.message {
+            CmMessage::Rep(rep) if *peer == e.peer && m.header.transaction_id == tid => {
+                local_comm_id = rep.local_comm_id;
+                false
+            }
+            _ => true,
+        });
+        let rej = RejRepr::rejecting_req(&incoming.req, local_comm_id, reason, private_data);
+        self.outbox.push_back((incoming.peer, CmMad::new(tid, CmMessage::Rej(rej))));
+        true
+    }
+
     /// Starts disconnecting `h`; false if it is not established.
     pub fn disconnect(&mut self, now: Instant, h: ConnHandle) -> bool {
         let Some(e) = self.conns.get_mut(&h) else {

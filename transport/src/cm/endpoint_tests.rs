@@ -175,6 +175,38 @@ fn owner_rejects_with_private_data() {
 }
 
 #[test]
+fn aborted_accept_sends_rej_instead_of_rep() {
+    let (mut a, mut b) = (
+        CmEndpoint::new(CmConfig::default(), 1),
+        CmEndpoint::new(CmConfig::default(), 2),
+    );
+    b.listen(SID);
+    a.connect(T0, gid(2), req_to_server(7174));
+    pump(T0, &mut a, gid(1), &mut b, gid(2));
+    let [EndpointEvent::Incoming(inc)] = &events(&mut b)[..] else {
+        panic!()
+    };
+    let h = b.accept(T0, inc, Qpn::new(0x44), Psn::new(7), 0xb);
+    assert!(b.abort_accept(h, inc, RejectReason::NO_RESOURCES, b"qp"));
+    assert!(!b.abort_accept(h, inc, RejectReason::NO_RESOURCES, &[]), "already gone");
+    assert_eq!(b.handles().count(), 0);
+    let mut sent = Vec::new();
+    while let Some((dst, m)) = b.poll_transmit() {
+        assert_eq!(dst, gid(1));
+        sent.push(m);
+    }
+    let [m] = &sent[..] else { panic!("{sent:?}") };
+    let CmMessage::Rej(rej) = &m.message else { panic!("{m:?}") };
+    assert_ne!(rej.local_comm_id, 0, "the REJ names the comm id the REP would have had");
+    a.handle_mad(T0, gid(2), m);
+    let ev = events(&mut a);
+    let [EndpointEvent::Connection(_, CmEvent::Rejected { reason, private_data })] = &ev[..] else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((*reason, &private_data[..2]), (RejectReason::NO_RESOURCES, &b"qp"[..]));
+}
+
+#[test]
 fn req_retry_while_owner_decides_is_not_a_second_incoming() {
     let (mut a, mut b) = (
         CmEndpoint::new(CmConfig::default(), 1),
