@@ -1,8 +1,11 @@
 //! Rough engine throughput: two RoceDevices over a memif pair in ONE process, both polled by
 //! this thread (manual progress), so the figures are the cost of both ends on one core.
 //!
-//! `cargo run --release -p droce-dpdk --example roce_bw -- [write|send] [SIZE] [SECONDS]`
-//! Prints goodput (Gbit/s), messages/s and frames/s.
+//! `cargo run --release -p droce-dpdk --example roce_bw -- [write|send] [SIZE] [SECONDS] [alloc]`
+//! Prints goodput (Gbit/s), messages/s, frames/s and the thread's CPU time per message (from
+//! /proc/thread-self/schedstat: unlike rates, it hardly moves when other jobs share the CPU).
+//! Work requests are reused (`post_send_ref` / `post_recv_ref`, no allocation per post);
+//! `alloc` builds a new one per post (`post_send` / `post_recv`) for comparison.
 
 use droce_dpdk::roce::{RoceConfig, RoceDevice};
 use droce_dpdk::*;
@@ -33,6 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = args.get(1).map(String::as_str).unwrap_or("write").to_string();
     let size: usize = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(65536);
     let secs: f64 = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(3.0);
+    let alloc = args.get(4).is_some_and(|a| a == "alloc");
     let dir = std::env::temp_dir().join(format!("droce-roce-bw-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let sock = dir.join("memif.sock");
@@ -106,25 +110,44 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut outstanding = 0usize;
     let (mut done, mut posted) = (0u64, 0u64);
     let mut recvs = 0usize;
+    let mut swr = if mode == "send" { SendWr::new(0, SendOpcode::Send) } else { SendWr::new(0, SendOpcode::Write) }
+        .with_sge(0, size as u32, mr0.lkey)
+        .with_flags(SendFlags::SIGNALED);
+    let mut rwr = RecvWr::new(0).with_sge(0, size as u32, mr1.lkey);
+    let cpu0 = thread_cpu_ns();
     let start = Instant::now();
     let deadline = Duration::from_secs_f64(secs);
     while start.elapsed() < deadline {
         if mode == "send" {
             while recvs < 2048 {
                 let a = mr1.va + ((recvs % 512) * size.max(64)) as u64;
-                verb(devs[1].device_mut().post_recv(qp1, RecvWr::new(0).with_sge(a, size as u32, mr1.lkey)))?;
+                if alloc {
+                    verb(devs[1].device_mut().post_recv(qp1, RecvWr::new(0).with_sge(a, size as u32, mr1.lkey)))?;
+                } else {
+                    rwr.sg_list[0].addr = a;
+                    verb(devs[1].device_mut().post_recv_ref(qp1, &rwr))?;
+                }
                 recvs += 1;
             }
         }
         while outstanding < window {
             let off = (posted as usize % 32) * size;
             let src = mr0.va + (off % (len / 2)) as u64;
-            let wr = if mode == "send" {
-                SendWr::new(posted, SendOpcode::Send).with_sge(src, size as u32, mr0.lkey)
+            let dst = mr1.va + (off % (len / 2)) as u64;
+            if alloc {
+                let wr = if mode == "send" {
+                    SendWr::new(posted, SendOpcode::Send).with_sge(src, size as u32, mr0.lkey)
+                } else {
+                    SendWr::new(posted, SendOpcode::Write).with_sge(src, size as u32, mr0.lkey).with_remote(dst, mr1.rkey)
+                };
+                verb(devs[0].device_mut().post_send(qp0, wr.with_flags(SendFlags::SIGNALED)))?;
             } else {
-                SendWr::new(posted, SendOpcode::Write).with_sge(src, size as u32, mr0.lkey).with_remote(mr1.va + (off % (len / 2)) as u64, mr1.rkey)
-            };
-            verb(devs[0].device_mut().post_send(qp0, wr.with_flags(SendFlags::SIGNALED)))?;
+                swr.wr_id = posted;
+                swr.sg_list[0].addr = src;
+                swr.remote_addr = dst;
+                swr.rkey = mr1.rkey;
+                verb(devs[0].device_mut().post_send_ref(qp0, &swr))?;
+            }
             outstanding += 1;
             posted += 1;
         }
@@ -141,14 +164,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let el = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_ns().saturating_sub(cpu0);
     let s0 = devs[0].stats();
     let s1 = devs[1].stats();
     let frames = s0.engine.tx_roce + s1.engine.tx_roce;
     println!(
-        "{mode} {size} B: {:.2} Gbit/s goodput, {:.0} msg/s, {:.0} frames/s (both directions, both ends on one core), retransmitted {}",
+        "{mode} {size} B{}: {:.2} Gbit/s goodput, {:.0} msg/s, {:.0} frames/s (both directions, both ends on one core), CPU {:.0} ns/msg {:.0} ns/frame ({:.0}% of wall), retransmitted {}",
+        if alloc { " (alloc)" } else { "" },
         done as f64 * size as f64 * 8.0 / el / 1e9,
         done as f64 / el,
         frames as f64 / el,
+        cpu as f64 / done.max(1) as f64,
+        cpu as f64 / frames.max(1) as f64,
+        cpu as f64 / el / 1e7,
         s0.transport.retransmitted_pkts + s1.transport.retransmitted_pkts
     );
     drop(devs);
@@ -163,4 +191,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(eal);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// CPU time of the calling thread in ns (first field of /proc/thread-self/schedstat).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
 }

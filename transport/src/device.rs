@@ -50,6 +50,27 @@ use crate::wire::{
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hash of the QPN → QP map, looked up for every received packet. Only this device inserts
+/// keys (QPNs it hands out itself), so a peer cannot fill the table with colliding keys,
+/// which is what SipHash defends against; one multiply (Fibonacci hashing) spreads them.
+#[derive(Default)]
+struct QpnHasher(u64);
+
+impl Hasher for QpnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// Static configuration of a device (one RoCE port).
 #[derive(Debug, Clone)]
@@ -187,7 +208,7 @@ pub struct Device<M: Memory> {
     cqs: Slab<CompletionQueue>,
     srqs: Slab<SharedReceiveQueue>,
     qps: Slab<Qp>,
-    qpn_map: HashMap<u32, u32>,
+    qpn_map: HashMap<u32, u32, BuildHasherDefault<QpnHasher>>,
     next_qpn: u32,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     ready: VecDeque<u32>,
@@ -219,7 +240,7 @@ impl<M: Memory> Device<M> {
             cqs: Slab::default(),
             srqs: Slab::default(),
             qps: Slab::default(),
-            qpn_map: HashMap::new(),
+            qpn_map: HashMap::default(),
             next_qpn,
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
@@ -394,6 +415,12 @@ impl<M: Memory> Device<M> {
     }
 
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), PostRecvError> {
+        self.post_srq_recv_ref(srq, &wr)
+    }
+
+    /// [`post_srq_recv`](Self::post_srq_recv) without giving up the work request: its
+    /// scatter list is copied, so one `RecvWr` can be reused and posting allocates nothing.
+    pub fn post_srq_recv_ref(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), PostRecvError> {
         let s = self.srqs.get(srq.0).ok_or(PostRecvError::InvalidSrq)?;
         if s.queue.len() >= s.max_wr {
             return Err(PostRecvError::QueueFull);
@@ -401,8 +428,9 @@ impl<M: Memory> Device<M> {
         if wr.sg_list.len() > s.max_sge {
             return Err(PostRecvError::TooManySges);
         }
-        let len = self.check_recv_sges(s.pd, &wr)?;
-        self.srqs.get_mut(srq.0).ok_or(PostRecvError::InvalidSrq)?.queue.push_back(RecvWqe { wr, len });
+        let len = self.check_recv_sges(s.pd, wr)?;
+        let wqe = RecvWqe { wr_id: wr.wr_id, sges: SgeList::from_slice(&wr.sg_list), len };
+        self.srqs.get_mut(srq.0).ok_or(PostRecvError::InvalidSrq)?.queue.push_back(wqe);
         Ok(())
     }
 
@@ -621,6 +649,13 @@ impl<M: Memory> Device<M> {
     // ---------------------------------------------------------------- post
 
     pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostSendError> {
+        self.post_send_ref(qp, &wr)
+    }
+
+    /// [`post_send`](Self::post_send) without giving up the work request: its gather list
+    /// is copied into the send queue (inline up to 4 SGEs), so a caller can keep one
+    /// `SendWr` per QP, change `wr_id`/addresses and post it again without allocating.
+    pub fn post_send_ref(&mut self, qp: QpHandle, wr: &SendWr) -> Result<(), PostSendError> {
         let q = self.qps.get(qp.0).ok_or(PostSendError::InvalidQp)?;
         if !q.state.can_post_send() {
             return Err(PostSendError::InvalidState);
@@ -698,6 +733,12 @@ impl<M: Memory> Device<M> {
     }
 
     pub fn post_recv(&mut self, qp: QpHandle, wr: RecvWr) -> Result<(), PostRecvError> {
+        self.post_recv_ref(qp, &wr)
+    }
+
+    /// [`post_recv`](Self::post_recv) without giving up the work request (its scatter list
+    /// is copied): one reused `RecvWr` makes posting allocation-free.
+    pub fn post_recv_ref(&mut self, qp: QpHandle, wr: &RecvWr) -> Result<(), PostRecvError> {
         let q = self.qps.get(qp.0).ok_or(PostRecvError::InvalidQp)?;
         if q.init.srq.is_some() {
             return Err(PostRecvError::QpHasSrq);
@@ -711,10 +752,10 @@ impl<M: Memory> Device<M> {
         if wr.sg_list.len() > q.init.cap.max_recv_sge as usize {
             return Err(PostRecvError::TooManySges);
         }
-        let len = self.check_recv_sges(q.init.pd, &wr)?;
+        let len = self.check_recv_sges(q.init.pd, wr)?;
         let state = q.state;
         let q = self.qps.get_mut(qp.0).ok_or(PostRecvError::InvalidQp)?;
-        q.rq.push_back(RecvWqe { wr, len });
+        q.rq.push_back(RecvWqe { wr_id: wr.wr_id, sges: SgeList::from_slice(&wr.sg_list), len });
         if state == QpState::Err {
             self.enter_error(qp.0, None);
         }
@@ -763,7 +804,7 @@ impl<M: Memory> Device<M> {
         let rq = q.resp.recv.take().map(|r| r.wqe).into_iter().chain(q.rq.drain(..));
         for r in rq.collect::<Vec<_>>() {
             wcs.push((q.init.recv_cq, WorkCompletion {
-                wr_id: r.wr.wr_id,
+                wr_id: r.wr_id,
                 status: WcStatus::WrFlushErr,
                 opcode: WcOpcode::Recv,
                 byte_len: 0,
@@ -910,8 +951,11 @@ impl<M: Memory> Device<M> {
             }
             q.scheduled = None;
             let mut fx = core::mem::take(&mut self.fx);
-            let fired: Vec<Timer> = q.timers.expire(now).collect();
-            for t in fired {
+            let mut fired = [None; 3];
+            for (slot, t) in fired.iter_mut().zip(q.timers.expire(now)) {
+                *slot = Some(t);
+            }
+            for t in fired.into_iter().flatten() {
                 match t {
                     Timer::Retransmit => completer::on_retransmit_timeout(q, now, &mut self.counters, &mut fx),
                     Timer::RnrRetry => completer::on_rnr_timeout(q, now),
@@ -1198,7 +1242,7 @@ impl<M: Memory> Device<M> {
                         out.copy_from_slice(&data[o..o + plen]);
                     }
                     None => {
-                        if gather(&self.mem, &w.wr.sg_list, offset, out).is_err() {
+                        if gather(&self.mem, w.sges.as_slice(), offset, out).is_err() {
                             out.fill(0);
                         }
                     }

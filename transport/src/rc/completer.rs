@@ -232,7 +232,7 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            let status = match w.wr.sg_list.first() {
+            let status = match w.sges.as_slice().first() {
                 Some(sge) if sge.length >= 8 => match mem.write(sge.addr, &orig.to_ne_bytes()) {
                     Ok(()) => WcStatus::Success,
                     Err(_) => WcStatus::LocProtErr,
@@ -294,7 +294,7 @@ fn read_response<M: Memory>(
         c.rcvd_ghost_response += 1;
         return;
     }
-    let status = scatter(mem, &w.wr.sg_list, offset, data);
+    let status = scatter(mem, w.sges.as_slice(), offset, data);
     qp.comp.psn = psn + 1;
     let w = &mut qp.req.sq[0];
     w.read_rcvd += 1;

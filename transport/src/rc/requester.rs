@@ -5,7 +5,7 @@
 use super::{packets_for, Payload, TxPkt};
 use crate::status::WcStatus;
 use crate::types::{Psn, Qpn};
-use crate::verbs::{SendFlags, SendOpcode, SendWr};
+use crate::verbs::{SendFlags, SendOpcode, SendWr, SgeList};
 use crate::wire::opcode::Opcode;
 use crate::wire::{AtomicEthRepr, RethRepr};
 use std::collections::VecDeque;
@@ -18,7 +18,9 @@ pub const MAX_PKTS_PER_ACK: u32 = 64;
 /// A posted send WQE and its progress.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
+    /// The work request without its gather list (`sg_list` is empty: see `sges`).
     pub wr: SendWr,
+    pub sges: SgeList,
     /// Copy of the gathered data for INLINE sends (and for UD, which has no retransmission).
     pub inline: Option<Vec<u8>>,
     pub len: u64,
@@ -33,9 +35,11 @@ pub(crate) struct SendWqe {
 }
 
 impl SendWqe {
-    pub fn new(wr: SendWr, inline: Option<Vec<u8>>, len: u64, local_error: Option<WcStatus>, signaled: bool) -> Self {
+    /// `wr`'s gather list is copied into the WQE, the rest of `wr` is kept without it.
+    pub fn new(wr: &SendWr, inline: Option<Vec<u8>>, len: u64, local_error: Option<WcStatus>, signaled: bool) -> Self {
         SendWqe {
-            wr,
+            wr: wr.without_sges(),
+            sges: SgeList::from_slice(&wr.sg_list),
             inline,
             len,
             local_error,

@@ -311,7 +311,7 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
     let mut npkts = 1;
     if is_send(r.opcode) {
         let rcv = qp.resp.recv.as_mut().ok_or(op_err)?;
-        super::completer::scatter(ctx.mem, &rcv.wqe.wr.sg_list, rcv.offset, r.payload).map_err(|_| op_err)?;
+        super::completer::scatter(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload).map_err(|_| op_err)?;
         rcv.offset += r.payload.len() as u64;
         if ends(r.opcode) {
             let rcv = qp.resp.recv.take().ok_or(op_err)?;
@@ -404,7 +404,7 @@ fn save_resource(qp: &mut Qp, res: Resource) {
 
 fn recv_wc(qp: &Qp, wqe: &RecvWqe, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> WorkCompletion {
     WorkCompletion {
-        wr_id: wqe.wr.wr_id,
+        wr_id: wqe.wr_id,
         status,
         opcode,
         byte_len,

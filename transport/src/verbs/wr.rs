@@ -158,6 +158,21 @@ impl SendWr {
     pub fn total_len(&self) -> u64 {
         self.sg_list.iter().map(|s| s.length as u64).sum()
     }
+    /// Everything but the gather list (which the send queue keeps as an [`SgeList`]).
+    pub(crate) fn without_sges(&self) -> SendWr {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            sg_list: Vec::new(),
+            flags: self.flags,
+            imm_data: self.imm_data,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+        }
+    }
 }
 
 /// A receive work request.
@@ -177,11 +192,53 @@ impl RecvWr {
     }
 }
 
-/// A posted receive, with its total length computed at post time.
+/// A posted receive: its id, its scatter list (stored inline) and total length.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RecvWqe {
-    pub wr: RecvWr,
+    pub wr_id: u64,
+    pub sges: SgeList,
     pub len: u64,
+}
+
+/// How many SGEs a queued WQE keeps without a heap allocation (perftest, libfabric and UCX
+/// post one or two; the verbs limit is 32).
+const INLINE_SGES: usize = 4;
+
+/// The scatter/gather list of a queued WQE: inline up to [`INLINE_SGES`] entries, on the heap
+/// beyond. Posting copies the caller's list here, so a caller may keep reusing one work
+/// request (and its `Vec`) and the post path allocates nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SgeList {
+    Inline { len: u8, sges: [Sge; INLINE_SGES] },
+    Heap(Vec<Sge>),
+}
+
+impl SgeList {
+    const EMPTY: Sge = Sge { addr: 0, length: 0, lkey: Lkey(0) };
+
+    pub fn from_slice(s: &[Sge]) -> Self {
+        if s.len() <= INLINE_SGES {
+            let mut sges = [Self::EMPTY; INLINE_SGES];
+            sges[..s.len()].copy_from_slice(s);
+            SgeList::Inline { len: s.len() as u8, sges }
+        } else {
+            SgeList::Heap(s.to_vec())
+        }
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[Sge] {
+        match self {
+            SgeList::Inline { len, sges } => &sges[..*len as usize],
+            SgeList::Heap(v) => v,
+        }
+    }
+}
+
+impl Default for SgeList {
+    fn default() -> Self {
+        SgeList::Inline { len: 0, sges: [Self::EMPTY; INLINE_SGES] }
+    }
 }
 
 /// Work completion flags (values as `enum ibv_wc_flags`).
