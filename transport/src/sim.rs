@@ -76,9 +76,14 @@ impl Node {
     }
 
     pub fn with_eth_mtu(id: u8, mem_len: usize, seed: u64, eth_mtu: u32) -> Node {
+        Node::with_config(id, mem_len, DeviceConfig { seed, eth_mtu, ..DeviceConfig::default() })
+    }
+
+    /// A node from `cfg` (its `mac` and `gids` are replaced by the node's own).
+    pub fn with_config(id: u8, mem_len: usize, cfg: DeviceConfig) -> Node {
         let gid = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, id));
         let mac = [0x02, 0, 0, 0, 0, id];
-        let cfg = DeviceConfig { mac, gids: vec![gid], seed, eth_mtu, ..DeviceConfig::default() };
+        let cfg = DeviceConfig { mac, gids: vec![gid], ..cfg };
         let mut dev = Device::new(cfg, VecMemory::new(MEM_BASE, mem_len));
         let pd = dev.alloc_pd();
         let mr = dev.reg_mr(pd, MEM_BASE, mem_len as u64, AccessFlags::ALL).expect("reg_mr");
@@ -178,8 +183,13 @@ impl Pair {
 
     /// A pair whose ports have Ethernet MTU `eth_mtu` (9000 allows IB MTU 4096).
     pub fn with_eth_mtu(link: LinkConfig, seed: u64, mem_len: usize, eth_mtu: u32) -> Pair {
-        let a = Node::with_eth_mtu(1, mem_len, seed ^ 0xa, eth_mtu);
-        let b = Node::with_eth_mtu(2, mem_len, seed ^ 0xb, eth_mtu);
+        Pair::with_config(link, seed, mem_len, DeviceConfig { eth_mtu, ..DeviceConfig::default() })
+    }
+
+    /// A pair whose devices use `cfg` (seeds, MACs and GIDs are set per node).
+    pub fn with_config(link: LinkConfig, seed: u64, mem_len: usize, cfg: DeviceConfig) -> Pair {
+        let a = Node::with_config(1, mem_len, DeviceConfig { seed: seed ^ 0xa, ..cfg.clone() });
+        let b = Node::with_config(2, mem_len, DeviceConfig { seed: seed ^ 0xb, ..cfg });
         let buf = vec![0u8; a.dev.max_frame_len()];
         Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf, pool: Vec::new() }
     }

@@ -69,6 +69,7 @@ pub(crate) fn complete_front(qp: &mut Qp, status: WcStatus, fx: &mut Effects) {
 }
 
 fn progress(qp: &mut Qp, now: Instant) {
+    qp.req.on_ack();
     qp.comp.reset_counters(qp.attr.retry_cnt, qp.attr.rnr_retry);
     qp.comp.read_gap = None;
     qp.req.catch_up(qp.comp.psn);
@@ -172,6 +173,7 @@ pub(crate) fn handle_response<M: Memory>(
             if qp.req.rewind(psn) {
                 c.retransmitted_pkts += 1;
             }
+            qp.req.on_loss();
             restart_retransmit(qp, now);
         }
         Response::RnrNak { psn, timer } => {
@@ -351,6 +353,7 @@ pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters,
     c.completer_retry_err += 1;
     let psn = qp.comp.psn;
     qp.req.rewind(psn);
+    qp.req.on_loss();
     c.retransmitted_pkts += 1;
     if let Some(d) = ack_timeout_duration(qp.attr.timeout) {
         qp.timers.set(Timer::Retransmit, now + d);

@@ -15,6 +15,11 @@ use std::collections::VecDeque;
 /// AckReq only on LAST.
 pub const MAX_PKTS_PER_ACK: u32 = 64;
 
+/// Floor of the loss-adaptive send window: rxe's fixed RXE_MAX_UNACKED_PSNS.
+pub const MIN_WINDOW: u32 = 128;
+/// PSNs the window grows by per acknowledgement that advances, after a loss shrank it.
+pub const WINDOW_GROWTH: u32 = 8;
+
 /// A posted send WQE and its progress.
 #[derive(Debug, Clone)]
 pub(crate) struct SendWqe {
@@ -85,6 +90,14 @@ pub(crate) struct Requester {
     pub rnr_wait: bool,
     /// The PSN after the highest one ever sent.
     pub sent_high: Psn,
+    /// Loss-adaptive window (PSNs in flight): 0 means the configured `max_unacked_psns`.
+    /// A go-back-N event halves it (not below [`MIN_WINDOW`]), every ACK that advances grows
+    /// it by [`WINDOW_GROWTH`] back to the maximum: a large configured window keeps a
+    /// shared-memory or fast link busy while the peer is briefly descheduled, without
+    /// resending a whole large window again and again to a peer that drops bursts.
+    pub cwnd: u32,
+    /// The configured maximum seen at the last transmission.
+    pub max_window: u32,
 }
 
 /// Why the requester cannot send right now (used for tests and scheduling).
@@ -109,7 +122,7 @@ impl Requester {
             return Err(Blocked::LocalError);
         }
         // Do not run further ahead of the oldest unacknowledged PSN than the window.
-        if self.psn.forward_distance(lim.comp_psn) >= lim.max_unacked_psns {
+        if self.psn.forward_distance(lim.comp_psn) >= self.window(lim.max_unacked_psns) {
             return Err(Blocked::Window);
         }
         if !w.started {
@@ -126,9 +139,36 @@ impl Requester {
         Ok(())
     }
 
+    /// The send window under the configured maximum `max`.
+    pub fn window(&self, max: u32) -> u32 {
+        if self.cwnd == 0 {
+            max
+        } else {
+            self.cwnd.min(max)
+        }
+    }
+
+    /// A loss was detected (sequence NAK or ACK timeout): halve the window.
+    pub fn on_loss(&mut self) {
+        let cur = self.window(self.max_window);
+        let half = (cur / 2).max(MIN_WINDOW);
+        self.cwnd = if half >= self.max_window { 0 } else { half };
+    }
+
+    /// An acknowledgement advanced: grow a shrunken window back.
+    pub fn on_ack(&mut self) {
+        if self.cwnd != 0 {
+            self.cwnd = self.cwnd.saturating_add(WINDOW_GROWTH);
+            if self.cwnd >= self.max_window {
+                self.cwnd = 0;
+            }
+        }
+    }
+
     /// Produce the next request packet, advancing PSN and WQE progress.
     pub fn next_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
         self.can_send(lim).ok()?;
+        self.max_window = lim.max_unacked_psns;
         let mtu = lim.mtu;
         let psn = self.psn;
         let w = &mut self.sq[self.next];
@@ -262,5 +302,33 @@ impl Requester {
     pub fn set_psn(&mut self, psn: Psn) {
         self.psn = psn;
         self.sent_high = psn;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_halves_on_loss_and_grows_back() {
+        let mut r = Requester { max_window: 1024, ..Requester::default() };
+        assert_eq!(r.window(1024), 1024);
+        r.on_loss();
+        assert_eq!(r.window(1024), 512);
+        r.on_loss();
+        r.on_loss();
+        assert_eq!(r.window(1024), MIN_WINDOW);
+        r.on_loss();
+        assert_eq!(r.window(1024), MIN_WINDOW, "never below the floor");
+        r.on_ack();
+        assert_eq!(r.window(1024), MIN_WINDOW + WINDOW_GROWTH);
+        for _ in 0..1000 {
+            r.on_ack();
+        }
+        assert_eq!((r.cwnd, r.window(1024)), (0, 1024), "back to the configured maximum");
+        // a configured window at or below the floor never changes
+        let mut s = Requester { max_window: 128, ..Requester::default() };
+        s.on_loss();
+        assert_eq!((s.cwnd, s.window(128)), (0, 128));
     }
 }
