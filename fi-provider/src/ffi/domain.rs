@@ -144,6 +144,14 @@ pub(crate) unsafe extern "C" fn domain_open(_fabric: *mut fid_fabric, info: *mut
 
 unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
     guard(EOTHER_I, || {
+        if engine::debug() {
+            if let Some(e) = engine::engine_if_open() {
+                let mut h = e.host();
+                let port = h.port_id().0;
+                let st = h.dev().stats();
+                eprintln!("{}", droce_dpdk::roce::format_roce_stats(port, &st));
+            }
+        }
         if !f.is_null() {
             // SAFETY: f is the fid of a Domain from domain_open.
             drop(unsafe { Box::from_raw(f as *mut Domain) });
