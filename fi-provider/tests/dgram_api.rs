@@ -1,0 +1,119 @@
+//! One process drives droce's FI_EP_DGRAM endpoints through the real libfabric API: two UD
+//! endpoints of one process (the device loops frames to its own address) exchange datagrams
+//! through an AV, with and without FI_MSG_PREFIX, and fi_cq_readfrom names the sender.
+
+mod common;
+use droce_fi::sys::*;
+use std::os::raw::c_void;
+use std::ptr::{null, null_mut};
+use std::time::{Duration, Instant};
+
+macro_rules! call {
+    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
+        let o = $obj;
+        let f = (*(*o).$table).$op.expect(stringify!($op));
+        f(o $(, $arg)*)
+    }};
+}
+macro_rules! fidcall {
+    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
+        let f: *mut fid = $fid;
+        let g = (*(*f).ops).$op.expect(stringify!($op));
+        g(f $(, $arg)*)
+    }};
+}
+
+const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
+const DEADLINE: Duration = Duration::from_secs(30);
+
+
+unsafe fn dgram_pair(prefix: bool) {
+    let hints = fi_dupinfo(null());
+    (*hints).caps = FI_MSG as u64;
+    (*hints).mode = if prefix { FI_MSG_PREFIX } else { 0 };
+    (*(*hints).ep_attr).type_ = FI_EP_DGRAM;
+    (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) as i32;
+    (*(*hints).fabric_attr).prov_name = libc::strdup(c"droce".as_ptr());
+    let mut info: *mut fi_info = null_mut();
+    assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut info), 0, "fi_getinfo");
+    let pre = (*(*info).ep_attr).msg_prefix_size;
+    assert_eq!(pre, if prefix { 40 } else { 0 });
+    let mut fabric: *mut fid_fabric = null_mut();
+    assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
+    let mut domain: *mut fid_domain = null_mut();
+    assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+    let mut av_attr: fi_av_attr = std::mem::zeroed();
+    av_attr.type_ = FI_AV_TABLE;
+    let mut av: *mut fid_av = null_mut();
+    assert_eq!(call!(domain, ops.av_open(&mut av_attr, &mut av, null_mut())), 0);
+    let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+    cq_attr.format = FI_CQ_FORMAT_MSG;
+    let mut cq: *mut fid_cq = null_mut();
+    assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq, null_mut())), 0);
+    let mut eps = [null_mut::<fid_ep>(); 2];
+    let mut names = [[0u8; 32]; 2];
+    let mut addrs = [0u64; 2];
+    for i in 0..2 {
+        assert_eq!(call!(domain, ops.endpoint(info, &mut eps[i], null_mut())), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, bind(&mut (*av).fid, 0)), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, control(FI_ENABLE as i32, null_mut())), 0);
+        let mut len = 32usize;
+        assert_eq!(((*(*eps[i]).cm).getname.unwrap())(&mut (*eps[i]).fid, names[i].as_mut_ptr() as *mut c_void, &mut len), 0);
+        assert_eq!(len, 16);
+        assert_eq!(call!(av, ops.insert(names[i].as_ptr() as *const c_void, 1, &mut addrs[i], 0, null_mut())), 1);
+    }
+    assert_ne!(names[0], names[1], "the QPN makes the names differ");
+    let mut back = [0u8; 32];
+    let mut blen = 32usize;
+    assert_eq!(call!(av, ops.lookup(addrs[1], back.as_mut_ptr() as *mut c_void, &mut blen)), 0);
+    assert_eq!(&back[..16], &names[1][..16]);
+
+    let mut rx = vec![0u8; 2048];
+    let tx: Vec<u8> = (0..2048u32).map(|i| (i * 13 + 1) as u8).collect();
+    let mut mr_rx: *mut fid_mr = null_mut();
+    let mut mr_tx: *mut fid_mr = null_mut();
+    let reg = (*(*domain).mr).reg.unwrap();
+    assert_eq!(reg(&mut (*domain).fid, rx.as_ptr() as *const c_void, rx.len(), FI_RECV as u64, 0, 0, 0, &mut mr_rx, null_mut()), 0);
+    assert_eq!(reg(&mut (*domain).fid, tx.as_ptr() as *const c_void, tx.len(), FI_SEND as u64, 0, 0, 0, &mut mr_tx, null_mut()), 0);
+    let payload = 700usize;
+    assert_eq!(call!(eps[1], msg.recv(rx.as_mut_ptr() as *mut c_void, pre + 1000, (*mr_rx).mem_desc, FI_ADDR_UNSPEC, 0x42 as *mut c_void)), 0);
+    assert_eq!(call!(eps[0], msg.send(tx.as_ptr() as *const c_void, pre + payload, (*mr_tx).mem_desc, addrs[1], 0x43 as *mut c_void)), 0);
+    let mut got = [(0usize, 0u64, 0usize, FI_ADDR_UNSPEC); 2];
+    let start = Instant::now();
+    let mut n = 0;
+    while n < 2 {
+        let mut e: fi_cq_msg_entry = std::mem::zeroed();
+        let mut src: fi_addr_t = 0;
+        let r = call!(cq, ops.readfrom(&mut e as *mut _ as *mut c_void, 1, &mut src));
+        if r == 1 {
+            got[n] = (e.op_context as usize, e.flags, e.len, src);
+            n += 1;
+        } else {
+            assert_eq!(r, -(FI_EAGAIN as isize), "fi_cq_readfrom");
+            assert!(start.elapsed() < DEADLINE, "no datagram");
+        }
+    }
+    let recv = got.iter().find(|g| g.0 == 0x42).expect("receive completion");
+    assert!(got.iter().any(|g| g.0 == 0x43 && g.1 & FI_SEND as u64 != 0), "send completion");
+    assert_eq!(recv.3, addrs[0], "readfrom names the sender");
+    assert_eq!(&rx[pre..pre + payload], &tx[pre..pre + payload], "datagram bytes");
+    assert!(recv.2 as usize >= payload);
+
+    for f in [&mut (*eps[0]).fid as *mut fid, &mut (*eps[1]).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*cq).fid, &mut (*av).fid, &mut (*domain).fid, &mut (*fabric).fid] {
+        assert_eq!(fidcall!(f, close()), 0);
+    }
+    fi_freeinfo(info);
+    fi_freeinfo(hints);
+}
+
+#[test]
+fn dgram_through_an_av_with_and_without_prefix() {
+    std::env::set_var("FI_PROVIDER_PATH", common::provider_dir());
+    std::env::set_var("FI_PROVIDER", "droce");
+    std::env::set_var("DROCE_LINK", common::unique("dgramapi"));
+    unsafe {
+        dgram_pair(true);
+        dgram_pair(false);
+    }
+}
