@@ -73,6 +73,8 @@ fn program(mpi: Mpi) -> PathBuf {
 
 /// One MPI job of droce_mpi_check with `np` ranks; `launcher_args` go before the program,
 /// `env` is exported to every rank. Returns the job (exit 0 and the OK line) or the failure.
+/// Callers hold `serial()` (for the whole test: a RankNet must outlive the job and no other
+/// test may tear it down meanwhile).
 fn job(mpi: Mpi, np: u32, launcher_args: &[String], env: &[(String, String)]) -> Result<Done, String> {
     let prog = program(mpi);
     let mut cmd: Vec<String> = match mpi {
@@ -88,7 +90,6 @@ fn job(mpi: Mpi, np: u32, launcher_args: &[String], env: &[(String, String)]) ->
     }
     cmd.push(prog.display().to_string());
     cmd.extend(["--timeout".to_string(), WATCHDOG.to_string()]);
-    let _g = serial();
     // the environment goes to the ranks only (-x / -genv), not into the launcher itself
     let d = run(&format!("{mpi:?} -np {np}"), &cmd, &[], JOB_DEADLINE);
     let ok_line = format!("droce_mpi_check: OK np={np} ");
@@ -156,6 +157,7 @@ fn droce_rank_env(np: u32) -> Vec<(String, String)> {
 
 fn openmpi_cm_ofi_droce(np: u32) {
     let dir = fi_provider_dir();
+    let _g = serial();
     let _net = if np > 2 { Some(RankNet::up(np).unwrap_or_else(|e| panic!("{e}"))) } else { None };
     let mut e = env(&[("FI_PROVIDER", "droce"), ("FI_PROVIDER_PATH", dir.to_str().unwrap())]);
     e.extend(droce_rank_env(np));
@@ -178,6 +180,7 @@ fn openmpi_cm_ofi_droce_np4() {
 /// provider name) would skip tcp;ofi_rxm, so the exclude list is narrowed to shm.
 #[test]
 fn harness_openmpi_cm_ofi_tcp_np2_np4() {
+    let _g = serial();
     for np in [2, 4] {
         let d = ok(job(Mpi::OpenMpi, np, &ompi_ofi_args("--mca mtl_ofi_provider_exclude shm"), &env(&[("FI_PROVIDER", "tcp")])));
         assert_ofi_provider(&d, np, "tcp;ofi_rxm");
@@ -188,6 +191,7 @@ fn harness_openmpi_cm_ofi_tcp_np2_np4() {
 /// finds no provider, so Open MPI cannot select pml cm.
 #[test]
 fn harness_reports_a_failing_job() {
+    let _g = serial();
     let e = job(Mpi::OpenMpi, 2, &ompi_ofi_args(""), &env(&[("FI_PROVIDER", "tcp")])).expect_err("tcp is in Open MPI's default exclude list");
     assert!(e.contains("exit code") && e.contains("mpirun"), "failure report lacks the output:\n{e}");
 }
@@ -217,13 +221,17 @@ mod ucx {
     }
 
     fn mpich_droce(np: u32) {
+        let env = ucx_droce_env(np);
+        let _g = serial();
         let _net = if np > 2 { Some(RankNet::up(np).unwrap_or_else(|e| panic!("{e}"))) } else { None };
-        ok(job(Mpi::Mpich, np, &[], &ucx_droce_env(np)));
+        ok(job(Mpi::Mpich, np, &[], &env));
     }
 
     fn openmpi_pml_ucx_droce(np: u32) {
+        let env = ucx_droce_env(np);
+        let _g = serial();
         let _net = if np > 2 { Some(RankNet::up(np).unwrap_or_else(|e| panic!("{e}"))) } else { None };
-        ok(job(Mpi::OpenMpi, np, &ompi_ucx_args(), &ucx_droce_env(np)));
+        ok(job(Mpi::OpenMpi, np, &ompi_ucx_args(), &env));
     }
 
     #[test]
@@ -252,12 +260,14 @@ mod ucx {
     /// transports (shared memory).
     #[test]
     fn harness_mpich_ucx_tcp_np2_default_np4() {
+        let _g = serial();
         ok(job(Mpi::Mpich, 2, &[], &env(&[("UCX_TLS", "tcp,self")])));
         ok(job(Mpi::Mpich, 4, &[], &[]));
     }
 
     #[test]
     fn harness_openmpi_pml_ucx_tcp_np2_np4() {
+        let _g = serial();
         for np in [2, 4] {
             ok(job(Mpi::OpenMpi, np, &ompi_ucx_args(), &env(&[("UCX_TLS", "tcp,self")])));
         }
