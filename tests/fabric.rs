@@ -6,7 +6,8 @@
 //! directory (tests/mpi/harness.rs: `fi_provider_dir`; `DROCE_FI_PROVIDER_DIR` overrides).
 //! Each process gets `FI_PROVIDER_PATH=<that dir>`, `FI_PROVIDER=droce` and a `DROCE_LINK` of
 //! its own pair (the zero-config memif wire, named so that concurrent pairs on the machine
-//! cannot meet); nothing else.
+//! cannot meet); nothing else, except `FI_LOG_LEVEL=info FI_LOG_PROV=ofi_rxm` on rdm runs, whose
+//! endpoint-settings line proves the run went through ofi_rxm.
 //!
 //! The same runners are exercised against libfabric's tcp (msg, rdm via tcp;ofi_rxm) and udp
 //! (dgram) providers over loopback (`harness_*` tests): they prove the harness itself works and
