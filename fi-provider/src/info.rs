@@ -12,7 +12,7 @@ pub const FABRIC_NAME: &str = "droce";
 pub const DOMAIN_NAME: &str = "droce0";
 /// libfabric API version the provider implements (1.17).
 pub const FI_API_VERSION: u32 = (1 << 16) | 17;
-pub const PROV_VERSION: u32 = (0 << 16) | 1;
+pub const PROV_VERSION: u32 = 1;
 
 /// RC messages are split into MTU segments by the transport; its limit is 2^31 bytes.
 pub const MSG_MAX_MSG_SIZE: u64 = 1 << 31;
@@ -27,7 +27,7 @@ pub const INJECT_SIZE: u64 = 256;
 pub const CM_DATA_SIZE: u64 = 54;
 pub const CQ_DATA_SIZE: u64 = 4;
 
-const SEC_CAPS: u64 = fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64 | fi::FI_SOURCE as u64;
+const SEC_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM | fi::FI_SOURCE;
 pub const MSG_CAPS: u64 = fi::FI_MSG as u64
     | fi::FI_RMA as u64
     | fi::FI_ATOMIC as u64
@@ -37,10 +37,10 @@ pub const MSG_CAPS: u64 = fi::FI_MSG as u64
     | fi::FI_WRITE as u64
     | fi::FI_REMOTE_READ as u64
     | fi::FI_REMOTE_WRITE as u64
-    | fi::FI_LOCAL_COMM as u64
-    | fi::FI_REMOTE_COMM as u64;
+    | fi::FI_LOCAL_COMM
+    | fi::FI_REMOTE_COMM;
 pub const DGRAM_CAPS: u64 =
-    fi::FI_MSG as u64 | fi::FI_SEND as u64 | fi::FI_RECV as u64 | fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64;
+    fi::FI_MSG as u64 | fi::FI_SEND as u64 | fi::FI_RECV as u64 | fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 /// MR modes droce can work with; VIRT_ADDR|ALLOCATED|PROV_KEY are what RMA needs.
 pub const MR_MODE_SUPPORTED: u32 =
     fi::FI_MR_LOCAL | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
@@ -61,9 +61,9 @@ pub fn atomic_supported(datatype: u32, op: u32, kind: u64) -> bool {
 pub const MSG_ORDER: u64 = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAR | fi::FI_ORDER_RAW | fi::FI_ORDER_RAS | fi::FI_ORDER_WAW | fi::FI_ORDER_WAS | fi::FI_ORDER_SAW) as u64;
 /// UD: sends to one peer leave and arrive in order on a single path.
 pub const DGRAM_ORDER: u64 = fi::FI_ORDER_SAS as u64;
-pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64;
+pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 const TX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64;
-const RX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 | fi::FI_SOURCE as u64;
+const RX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 | fi::FI_SOURCE;
 
 pub const MR_MODE_RMA: u32 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
 
@@ -300,7 +300,7 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if dest.is_some_and(|d| ep == EpType::Dgram && d.qpn.is_none() && h.dest.is_none()) {
             // node/service alone cannot name a UD QP; fine for the answer, AV insert checks.
         }
-        let mut caps = if want == 0 { ours } else { (want & ours) | (ours & (fi::FI_LOCAL_COMM as u64 | fi::FI_REMOTE_COMM as u64)) };
+        let mut caps = if want == 0 { ours } else { (want & ours) | (ours & (fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM)) };
         // FI_MSG/FI_RMA without direction flags mean both directions.
         if caps & fi::FI_MSG as u64 != 0 && caps & (fi::FI_SEND as u64 | fi::FI_RECV as u64) == 0 {
             caps |= fi::FI_SEND as u64 | fi::FI_RECV as u64;
@@ -308,7 +308,7 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if caps & fi::FI_RMA as u64 != 0 && caps & (fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 == 0 {
             caps |= (fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
         }
-        caps |= want & fi::FI_SOURCE as u64;
+        caps |= want & fi::FI_SOURCE;
         out.push(Info {
             ep_type: ep,
             caps,
@@ -375,7 +375,7 @@ mod tests {
         let dg = Hints { ep_type: fi::FI_EP_DGRAM, caps: fi::FI_MSG as u64, ..Default::default() };
         let v = getinfo(&q(), Some(&dg), &local()).unwrap();
         assert_eq!((v[0].mode, v[0].msg_prefix_size), (0, 0));
-        let dg = Hints { mode: fi::FI_MSG_PREFIX | fi::FI_CONTEXT as u64, ..dg };
+        let dg = Hints { mode: fi::FI_MSG_PREFIX | fi::FI_CONTEXT, ..dg };
         assert_eq!(getinfo(&q(), Some(&dg), &local()).unwrap()[0].mode, fi::FI_MSG_PREFIX);
         let rdm = Hints { ep_type: fi::FI_EP_RDM, ..Default::default() };
         assert!(getinfo(&q(), Some(&rdm), &local()).is_err());
@@ -405,7 +405,7 @@ mod tests {
         let v = getinfo(&q(), None, &local()).unwrap();
         assert_eq!(v[0].tx_caps & (fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64, 0);
         assert_eq!(v[0].rx_caps & (fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64, 0);
-        let h = Hints { domain_caps: fi::FI_SHARED_AV as u64, ..Default::default() };
+        let h = Hints { domain_caps: fi::FI_SHARED_AV, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err());
         let h = Hints { tx_ctx_cnt: u64::MAX, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err(), "shared contexts");

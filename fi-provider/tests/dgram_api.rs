@@ -98,7 +98,7 @@ unsafe fn dgram_pair(prefix: bool) {
     assert!(got.iter().any(|g| g.0 == 0x43 && g.1 & FI_SEND as u64 != 0), "send completion");
     assert_eq!(recv.3, addrs[0], "readfrom names the sender");
     assert_eq!(&rx[pre..pre + payload], &tx[pre..pre + payload], "datagram bytes");
-    assert!(recv.2 as usize >= payload);
+    assert!(recv.2 >= payload);
 
     for f in [&mut (*eps[0]).fid as *mut fid, &mut (*eps[1]).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*cq).fid, &mut (*av).fid, &mut (*domain).fid, &mut (*fabric).fid] {
         assert_eq!(fidcall!(f, close()), 0);

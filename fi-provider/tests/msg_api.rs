@@ -169,7 +169,7 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         while connected.len() < 2 {
             let (ev, f, _, data) = eq_event(eq);
             assert_eq!(ev, FI_CONNECTED);
-            if f == &mut (*ep_a).fid as *mut fid {
+            if std::ptr::eq(f, &(*ep_a).fid) {
                 assert_eq!(data, cm_rep, "accept data reaches the connector");
             }
             connected.push(f);
@@ -257,7 +257,7 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         while !saw_b {
             let (ev, f, _, _) = eq_event(eq);
             assert_eq!(ev, FI_SHUTDOWN);
-            saw_b = f == &mut (*ep_b).fid as *mut fid;
+            saw_b = std::ptr::eq(f, &(*ep_b).fid);
             assert!(start.elapsed() < DEADLINE);
         }
 

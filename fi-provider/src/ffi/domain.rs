@@ -650,7 +650,7 @@ fn eq_read_common(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize
                 Err(_) => return -(FI_EOTHER as isize),
             };
             i.src = Some(EpAddr::new(*dst));
-            i.src.as_mut().map(|s| s.sa.set_ip(local.ip));
+            if let Some(s) = i.src.as_mut() { s.sa.set_ip(local.ip) }
             i.dest = Some(EpAddr::new(std::net::SocketAddr::new(addr::canon(src.ip()), src.port())));
             if peek {
                 (FI_CONNREQ, *pep_fid as *mut fid, ptr::null_mut(), data.clone())

@@ -265,7 +265,7 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         d.max_ep_rx_ctx = 1;
         d.cntr_cnt = 1024;
         d.mr_iov_limit = 1;
-        d.caps = (FI_LOCAL_COMM | FI_REMOTE_COMM) as u64;
+        d.caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
         d.max_err_data = 256;
         d.mr_cnt = 65536;
         let fa = &mut *f.fabric_attr;
@@ -300,7 +300,7 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
                 return -(FI_ENODATA as c_int);
             }
         };
-        let q = Query { node: node.as_deref(), service: service.as_deref(), source: flags & FI_SOURCE as u64 != 0, version };
+        let q = Query { node: node.as_deref(), service: service.as_deref(), source: flags & FI_SOURCE != 0, version };
         // hints->handle naming one of our passive endpoints: the answer takes over its
         // address (fi_endpoint "steals" the listener's address, socket style).
         let pep_handle = opt(hints).map(|x| x.handle).filter(|h| opt(*h).is_some_and(|f| f.fclass as u32 == FI_CLASS_PEP));
