@@ -20,7 +20,7 @@ use harness::*;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-const DEADLINE: Duration = Duration::from_secs(90);
+const DEADLINE: Duration = Duration::from_secs(120);
 
 fn lib() -> PathBuf {
     match std::env::var("DROCE_UCT_LIB") {
@@ -112,7 +112,8 @@ fn ucp(test: &str, extra: &str) -> Final {
     perftest("", &format!("-t {test} {extra}"), &e).unwrap_or_else(|m| panic!("UCP {test} {extra}: {m}"))
 }
 
-const N: &str = "-n 2000 -w 100";
+/// Iterations: debug builds on a loaded 2-core machine run a ping-pong at 50-500 us.
+const N: &str = "-n 500 -w 50";
 
 #[test]
 fn uct_rc_am_lat_and_am_bw() {
@@ -134,7 +135,7 @@ fn uct_rc_put_lat_and_put_bw() {
     }
     uct("droce_rc", "put_lat", N);
     uct("droce_rc", "put_bw", &format!("{N} -D bcopy -s 4096"));
-    let z = uct("droce_rc", "put_bw", "-n 300 -w 20 -D zcopy -s 65536");
+    let z = uct("droce_rc", "put_bw", "-n 200 -w 20 -D zcopy -s 65536");
     assert!(z.bw_mbs > 0.0, "{z:?}");
 }
 
@@ -144,7 +145,7 @@ fn uct_rc_get_bcopy_and_zcopy() {
         return;
     }
     uct("droce_rc", "get", &format!("{N} -D bcopy -s 4096"));
-    uct("droce_rc", "get", "-n 300 -w 20 -D zcopy -s 65536");
+    uct("droce_rc", "get", "-n 200 -w 20 -D zcopy -s 65536");
 }
 
 #[test]
@@ -153,8 +154,8 @@ fn uct_rc_atomics_64_and_32_bit() {
         return;
     }
     for t in ["add_lat", "fadd", "swap", "cswap"] {
-        uct("droce_rc", t, "-n 1000 -w 50 -s 8");
-        uct("droce_rc", t, "-n 1000 -w 50 -s 4");
+        uct("droce_rc", t, "-n 300 -w 20 -s 8");
+        uct("droce_rc", t, "-n 300 -w 20 -s 4");
     }
 }
 
@@ -173,10 +174,10 @@ fn ucp_tag_lat_tag_bw_put_bw_get() {
         return;
     }
     ucp("tag_lat", N);
-    ucp("tag_bw", "-n 500 -w 50 -s 65536");
-    ucp("ucp_put_bw", "-n 500 -w 50 -s 65536");
-    ucp("ucp_get", "-n 500 -w 50 -s 65536");
-    ucp("tag_lat", "-n 200 -w 10 -s 1000000");
+    ucp("tag_bw", "-n 200 -w 20 -s 65536");
+    ucp("ucp_put_bw", "-n 200 -w 20 -s 65536");
+    ucp("ucp_get", "-n 200 -w 20 -s 65536");
+    ucp("tag_lat", "-n 50 -w 5 -s 1000000");
 }
 
 /// The harness reports a failing pair (a transport that does not exist).
@@ -190,7 +191,7 @@ fn perftest_failure_is_reported() {
     assert!(r.is_err(), "a transport that does not exist must fail: {r:?}");
 }
 
-/// A peer that dies mid-test: the client's RC operations exhaust their retries (7 x 67 ms ACK
+/// A peer that dies mid-test: the client's RC operations exhaust their retries (7 x 0.54 s ACK
 /// timeout), the endpoint fails and every later operation returns "Endpoint timeout" (UCT
 /// perftest logs it and keeps trying, so the client is then ended by this test).
 #[test]
@@ -215,12 +216,12 @@ fn failed_peer_surfaces_as_endpoint_timeout() {
     std::thread::sleep(Duration::from_millis(500));
     drop(srv); // SIGTERM, then SIGKILL, to the server's process group
     let killed = Instant::now();
-    while !cli.output().contains("Endpoint timeout") && cli.running() && killed.elapsed() < Duration::from_secs(20) {
+    while !cli.output().contains("Endpoint timeout") && cli.running() && killed.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let seen = killed.elapsed();
     let out = cli.output();
     drop(cli);
     assert!(out.contains("Endpoint timeout"), "no endpoint failure reported {seen:?} after the peer died:\n{out}");
-    assert!(seen < Duration::from_secs(10), "the failure took {seen:?}");
+    assert!(seen < Duration::from_secs(15), "the failure took {seen:?}");
 }

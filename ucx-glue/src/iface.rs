@@ -34,6 +34,8 @@ pub const MAX_IOV: usize = 8;
 const MAX_RDMA: usize = 1 << 30;
 /// Completions handled per progress call.
 const POLL_BUDGET: usize = 64;
+/// Idle progress calls in a row after which the thread yields its CPU once.
+const IDLE_YIELD: u32 = 64;
 
 pub const DEV_ADDR_LEN: usize = 16;
 pub const UD_IFACE_ADDR_LEN: usize = 4;
@@ -289,6 +291,7 @@ pub struct Iface {
     pub c: usize,
     host: &'static Mutex<Host>,
     inner: Mutex<Inner>,
+    idle: std::sync::atomic::AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -357,7 +360,7 @@ impl Iface {
                 inner.ud_qp = Some(qp);
             }
         }
-        let iface = Iface { kind, c, host: host_m, inner: Mutex::new(inner) };
+        let iface = Iface { kind, c, host: host_m, inner: Mutex::new(inner), idle: std::sync::atomic::AtomicU32::new(0) };
         {
             let mut g = lock(&iface.inner);
             for slot in 0..lay.rx_count as u32 {
@@ -547,8 +550,10 @@ impl Iface {
         let d = h.dev().device_mut();
         let (a, m) = rtr_attr(av, mtu, Qpn::new(peer_qpn), Psn::new(peer_psn), 16, 12);
         d.modify_qp(qp, &a, m).map_err(|_| UCS_ERR_IO_ERROR)?;
-        // ACK timeout 4.096 us * 2^14 = 67 ms, 7 retries: a dead peer is reported in about 0.5 s.
-        let (a, m) = rts_attr(Psn::new(ep.psn), 14, 7, 7, 16);
+        // ACK timeout 4.096 us * 2^17 = 0.54 s, 7 retries: a dead peer is reported after about
+        // 4 s. The peer's ACKs come from its progress calls (software RoCE), so a peer that is
+        // descheduled on a loaded machine must not look dead (67 ms x 7 did, under load 10).
+        let (a, m) = rts_attr(Psn::new(ep.psn), 17, 7, 7, 16);
         d.modify_qp(qp, &a, m).map_err(|_| UCS_ERR_IO_ERROR)?;
         ep.connected = true;
         if !ep.pending.is_empty() && !ep.in_rr {
@@ -937,7 +942,7 @@ impl Iface {
             return out;
         }
         let mut h = lock(self.host);
-        h.progress();
+        let busy = h.progress();
         for _ in 0..POLL_BUDGET {
             let wc = match h.dev().device_mut().poll_cq_one(g.cq) {
                 Ok(Some(wc)) => wc,
@@ -954,6 +959,17 @@ impl Iface {
             for comp in std::mem::take(&mut g.iface_waiters) {
                 out.events.push(Event::Complete { comp, status: UCS_OK });
             }
+        }
+        drop(h);
+        drop(g);
+        // A long idle spell: let another runnable thread have this CPU. Both ends of a pair
+        // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
+        // sends the reply or the ACK) otherwise waits for the scheduler's timeslice.
+        if busy || out.count > 0 {
+            self.idle.store(0, std::sync::atomic::Ordering::Relaxed);
+        } else if self.idle.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= IDLE_YIELD {
+            self.idle.store(0, std::sync::atomic::Ordering::Relaxed);
+            std::thread::yield_now();
         }
         out
     }

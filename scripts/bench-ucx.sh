@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): droce under UCX (libuct_droce.so, release build) between two processes
+# over the zero-config memif pair, as ratios against baselines measured in the same run:
+#
+#   am_lat 8 B      ucx_perftest UCT droce_rc typical latency vs UCX tcp (-d lo -x tcp)  target <= 0.3
+#   put_bw 64 KiB   ucx_perftest UCT droce_rc zcopy bandwidth vs the raw memif limit
+#                   (scripts/bench-fwd.sh 1082: dpdk-testpmd txonly->rxonly, 1082-byte frames =
+#                   one 1024-byte RoCE payload each, counted as frame bytes)            report
+#   MPICH 8 B       ping-pong half round trip, UCX_TLS=droce_rc,droce_ud,self vs tcp,self  report
+#
+# Server pinned to CPU 0, client to CPU 1. Usage: scripts/bench-ucx.sh
+# Env: UCT_LIB=path (default: cargo build --release -p droce-ucx), N_LAT, N_BW, N_MPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${UCT_LIB:-}" ]; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+  scripts/setup-ucx-src.sh
+  cargo build --release -q -p droce-ucx
+  UCT_LIB="$(realpath "${CARGO_TARGET_DIR:-target}")/release/libuct_droce.so"
+fi
+N_LAT=${N_LAT:-100000}
+N_BW=${N_BW:-5000}
+N_MPI=${N_MPI:-20000}
+CPU_S=0
+CPU_C=$(( $(nproc) > 1 ? 1 : 0 ))
+TMP=$(mktemp -d /tmp/droce-bench-ucx.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# perftest NAME "ENV..." "SERVER ARGS" "CLIENT ARGS" -> client output in $TMP/NAME
+perftest() {
+  local name=$1 envs=$2 sargs=$3 cargs=$4 port=$((20000 + RANDOM % 20000))
+  local link="bench$$x$RANDOM"
+  env $envs DROCE_LINK=$link taskset -c $CPU_S timeout 300 ucx_perftest -p $port $sargs >"$TMP/$name.s" 2>&1 &
+  local sp=$!
+  PIDS+=("$sp")
+  sleep 1.5
+  env $envs DROCE_LINK=$link taskset -c $CPU_C timeout 300 ucx_perftest 127.0.0.1 -p $port $cargs >"$TMP/$name" 2>&1 ||
+    { echo "bench-ucx: $name client failed:" >&2; tail -5 "$TMP/$name" >&2; }
+  wait "$sp" || { echo "bench-ucx: $name server failed:" >&2; tail -5 "$TMP/$name.s" >&2; }
+}
+# field N of the Final: line (2 typical lat, 3 avg lat, 5 avg MB/s, 7 avg msg/s)
+final() { awk -v n="$2" '$1 == "Final:" { print $n }' "$TMP/$1" | tail -1; }
+
+echo "# droce under UCX vs UCX tcp / raw memif, $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# raw memif limit (scripts/bench-fwd.sh 1082, dpdk-testpmd column):"
+WINDOW=${WINDOW:-4} WARMUP=${WARMUP:-1} scripts/bench-fwd.sh 1082 | tee "$TMP/raw" | sed 's/^/#   /'
+RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); print $3 * 1e6 }' "$TMP/raw")
+
+D="LD_PRELOAD=$UCT_LIB"
+perftest am_lat_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
+perftest am_lat_tcp "" "-d lo -x tcp" "-d lo -x tcp -t am_lat -s 8 -n $N_LAT -w 1000"
+perftest put_bw_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100"
+perftest ud_lat_droce "$D" "-d droce0 -x droce_ud" "-d droce0 -x droce_ud -t am_lat -s 8 -n $N_LAT -w 1000"
+perftest tag_lat_droce "$D UCX_TLS=droce_rc,droce_ud" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
+perftest tag_lat_tcp "UCX_TLS=tcp" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
+
+MPI="-"
+MPI_TCP="-"
+if command -v mpicc.mpich >/dev/null; then
+  cat >"$TMP/pp.c" <<'EOF'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv)
+{
+    int rank, n = argc > 1 ? atoi(argv[1]) : 10000, w = n / 10 + 1;
+    char buf[8] = {0};
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double t0 = 0;
+    for (int i = 0; i < n + w; i++) {
+        if (i == w) { MPI_Barrier(MPI_COMM_WORLD); t0 = MPI_Wtime(); }
+        if (rank == 0) {
+            MPI_Send(buf, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, 8, MPI_CHAR, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, 8, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+        }
+    }
+    if (rank == 0) printf("pingpong8 %.3f us\n", (MPI_Wtime() - t0) * 1e6 / n / 2);
+    MPI_Finalize();
+    return 0;
+}
+EOF
+  mpicc.mpich -O2 -o "$TMP/pp" "$TMP/pp.c"
+  timeout 300 mpiexec.mpich -n 2 -genv LD_PRELOAD "$UCT_LIB" -genv UCX_TLS droce_rc,droce_ud,self \
+    -genv DROCE_LINK "bench$$mpi" "$TMP/pp" "$N_MPI" >"$TMP/mpi_droce" 2>&1 || { echo "bench-ucx: MPICH droce failed" >&2; tail -5 "$TMP/mpi_droce" >&2; }
+  timeout 300 mpiexec.mpich -n 2 -genv UCX_TLS tcp,self "$TMP/pp" "$N_MPI" >"$TMP/mpi_tcp" 2>&1 || { echo "bench-ucx: MPICH tcp failed" >&2; tail -5 "$TMP/mpi_tcp" >&2; }
+  MPI=$(awk '$1 == "pingpong8" { print $2 }' "$TMP/mpi_droce")
+  MPI_TCP=$(awk '$1 == "pingpong8" { print $2 }' "$TMP/mpi_tcp")
+else
+  echo "bench-ucx: mpicc.mpich not installed: no MPICH figures" >&2
+fi
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
+AL=$(final am_lat_droce 2); AT=$(final am_lat_tcp 2)
+UL=$(final ud_lat_droce 2)
+TL=$(final tag_lat_droce 2); TT=$(final tag_lat_tcp 2)
+PB=$(final put_bw_droce 5)
+RAWMB=$(awk -v r="$RAW_1082" 'BEGIN { printf "%.0f", r * 1082 / 1e6 }')
+PBMB=$(awk -v m="$PB" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')
+echo
+printf "| test | droce | baseline | ratio | target |\n|---|---|---|---|---|\n"
+printf "| UCT am_lat 8 B typical (droce_rc) | %s us (avg %s) | UCX tcp lo %s us (avg %s) | %s | <= 0.3 |\n" "$AL" "$(final am_lat_droce 3)" "$AT" "$(final am_lat_tcp 3)" "$(ratio "$AL" "$AT")"
+printf "| UCT am_lat 8 B typical (droce_ud) | %s us | UCX tcp lo %s us | %s | report |\n" "$UL" "$AT" "$(ratio "$UL" "$AT")"
+printf "| UCP tag_lat 8 B typical | %s us | UCX tcp %s us | %s | report |\n" "$TL" "$TT" "$(ratio "$TL" "$TT")"
+printf "| UCT put_bw 64 KiB zcopy (droce_rc) | %s MB/s | raw memif %s MB/s frame bytes (%.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
+printf "| MPICH 8 B ping-pong half round trip | %s us | UCX tcp %s us | %s | report |\n" "$MPI" "$MPI_TCP" "$(ratio "$MPI" "$MPI_TCP")"
