@@ -14,8 +14,13 @@
 //!             dereg_mr(lkey); read_mem(addr, buf) / write_mem(addr, data) (registered ranges)
 //! verbs:      device() / device_mut(): &mut Device<ProcessMemory> for alloc_pd, create_cq,
 //!             create_qp, modify_qp (device::rc_connect::{init_attr, rtr_attr, rts_attr}),
-//!             query_qp (qp_num), post_send, post_recv, poll_cq, poll_event
+//!             query_qp (qp_num), post_send, post_recv, poll_cq, poll_event;
+//!             post_send_ref(qp, &wr) / post_recv_ref / post_srq_recv_ref: the same with a
+//!             work request the caller keeps and reuses (its SGEs are copied: no allocation
+//!             per post, the fast path)
 //! progress:   poll() -> Work (one RX burst, timers, TX up to tx_burst frames); now()
+//! window:     on a memif port at path MTU 1024 the default max_unacked_psns becomes
+//!             MEMIF_WINDOW (1024); elsewhere rxe's 128 (see MEMIF_WINDOW)
 //!             EngineThread::spawn(dev, cqs) for auto progress (see `thread`)
 //! neighbours: neighbours() -> [(ip, mac, static)], add_neighbour(ip, mac)
 //! stats:      stats() -> RoceStats {port, transport, engine, faults_rx, faults_tx};
