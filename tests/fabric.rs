@@ -188,6 +188,21 @@ fn fi_pingpong_rdm_droce() {
     ok_pingpong(&droce(), "rdm", &["64", "1k", "64k", "1m"]);
 }
 
+/// The zero-config promise of the README: two processes on one machine with nothing but
+/// `FI_PROVIDER_PATH` and `FI_PROVIDER=droce` set run over the embedded default wire (the
+/// host's default memif link, roles by who comes first). The only test on the default link;
+/// every other pair names its own.
+#[test]
+fn fi_pingpong_msg_zero_config_default_link() {
+    need_tools();
+    for var in ["DROCE_CONF", "DROCE_LINK", "DROCE_RANK", "DROCE_EAL"] {
+        assert!(std::env::var_os(var).is_none(), "unset {var} to run the zero-config test");
+    }
+    let dir = fi_provider_dir();
+    let p = Prov { name: "droce", env: env(&[("FI_PROVIDER_PATH", dir.to_str().unwrap()), ("FI_PROVIDER", "droce")]) };
+    ok_pingpong(&p, "msg", &["64", "1k", "64k", "1m"]);
+}
+
 // ---------------------------------------------------------------- harness self-checks
 
 #[test]
