@@ -835,7 +835,8 @@ UCS_F_DTOR static void droce_uct_cleanup(void)
     }
 }
 
-/* Referenced from Rust so the linker keeps this object (and its constructor). */
+/* Whether the constructor registered the component (for debuggers and tests; the object is
+ * kept by the whole-archive link, not by a reference). */
 int droce_uct_registered(void)
 {
     return droce_registered;

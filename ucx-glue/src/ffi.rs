@@ -55,13 +55,6 @@ extern "C" {
     fn droce_c_unpack(unpack_cb: *mut c_void, arg: *mut c_void, data: *const c_void, length: usize);
     fn droce_c_ep_failed(iface_c: *mut c_void, ep_c: *mut c_void, status: c_int);
     fn droce_c_log(level: c_int, msg: *const c_char);
-    fn droce_uct_registered() -> c_int;
-}
-
-/// Whether the shim's constructor registered the component (false: layout mismatch).
-pub fn registered() -> bool {
-    // SAFETY: a plain C function without arguments reading a static int.
-    unsafe { droce_uct_registered() != 0 }
 }
 
 fn log(level: i32, msg: &str) {

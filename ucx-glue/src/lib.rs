@@ -17,7 +17,7 @@
 //!
 //! Layout: `shim/droce_uct.c` (C; UCX's class and registration macros, struct embedding, the
 //! load-time layout check) forwards every operation through the plain ABI of
-//! `shim/droce_abi.h` to [`ffi`] (the only module with `unsafe`), which converts pointers and
+//! `shim/droce_abi.h` to `ffi` (the only module with `unsafe`), which converts pointers and
 //! calls the safe [`iface`] and [`md`] code. Panics are caught at every `extern "C"` entry and
 //! become `UCS_ERR_IO_ERROR`.
 //!
@@ -39,7 +39,7 @@ macro_rules! trace {
 
 
 #[allow(unsafe_code)]
-pub mod ffi;
+mod ffi;
 pub mod iface;
 pub mod md;
 pub mod status;
