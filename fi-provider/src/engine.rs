@@ -312,6 +312,8 @@ pub struct Engine {
     /// Registered bounce area for inline sends of unregistered buffers.
     pub bounce: Option<(&'static mut [u8], Lkey)>,
     pub auto_progress: bool,
+    /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
+    idle_steps: u32,
 }
 
 impl std::fmt::Debug for Engine {
@@ -367,6 +369,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             next_port: 0xc000,
             bounce: None,
             auto_progress: false,
+            idle_steps: 0,
         };
         init(&mut e);
         Ok(Mutex::new(e))
@@ -868,7 +871,17 @@ impl Engine {
         for (cq, wc) in wcs {
             self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());
         }
+        self.idle_steps = if work { 0 } else { self.idle_steps.saturating_add(1) };
         work
+    }
+
+    /// Whether the caller of a read that found nothing should give up the CPU (after it
+    /// released the engine): true once [`idle_yield_after`] progress steps in a row were idle.
+    /// Both ends of a connection usually busy-poll on the same few cores, and each side's
+    /// ACKs and replies come only from its own progress: spinning on through a scheduler
+    /// slice keeps the peer, which has the work, off the CPU.
+    pub fn idle_yield_due(&self) -> bool {
+        self.idle_steps >= idle_yield_after()
     }
 
     fn cm_event(&mut self, e: CmAgentEvent) {
@@ -1022,6 +1035,16 @@ impl Engine {
             Read2::Empty => Err(fi::FI_EAGAIN),
         }
     }
+}
+
+/// Idle progress steps before a read yields the CPU: `DROCE_FI_IDLE_YIELD` (0 = never yield), 64 by default.
+pub fn idle_yield_after() -> u32 {
+    static N: OnceLock<u32> = OnceLock::new();
+    *N.get_or_init(|| match std::env::var("DROCE_FI_IDLE_YIELD").ok().and_then(|v| v.parse::<u32>().ok()) {
+        Some(0) => u32::MAX,
+        Some(n) => n,
+        None => 64,
+    })
 }
 
 /// DROCE_DEBUG set: connection events and errors go to stderr.

@@ -425,7 +425,14 @@ fn cq_read_common(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_
         return -(FI_EINVAL as isize);
     }
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EAGAIN as isize) };
-    match e.cq_read(o.id, count) {
+    let r = e.cq_read(o.id, count);
+    if matches!(r, Err(FI_EAGAIN)) && e.idle_yield_due() {
+        drop(e);
+        std::thread::yield_now();
+        return -(FI_EAGAIN as isize);
+    }
+    drop(e);
+    match r {
         Ok(v) => {
             write_entries(o.format, buf, &v);
             if !src.is_null() {
