@@ -992,9 +992,10 @@ mod sys {
         Ok(())
     }
 
-    /// Whether the flock on `path` is free now (taken and released at once; the file is not
-    /// written).
-    pub fn probe_lock(path: &Path) -> std::io::Result<bool> {
+    /// Opens `path` (created if missing, never truncated) and takes an exclusive flock on it
+    /// without waiting: the open file when taken (the lock lasts as long as it stays open),
+    /// Ok(None) when another process holds it.
+    fn lock_file(path: &Path) -> std::io::Result<Option<std::fs::File>> {
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -1007,29 +1008,22 @@ mod sys {
         let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if r != 0 {
             let e = std::io::Error::last_os_error();
-            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(false) } else { Err(e) };
+            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(None) } else { Err(e) };
         }
-        Ok(true)
+        Ok(Some(f))
+    }
+
+    /// Whether the flock on `path` is free now (taken and released at once; the file is not
+    /// written).
+    pub fn probe_lock(path: &Path) -> std::io::Result<bool> {
+        Ok(lock_file(path)?.is_some())
     }
 
     /// Takes an exclusive flock on `path` (created if missing) without waiting: the open file
     /// when taken (it then holds our pid; the lock lasts as long as the file stays open),
     /// Ok(None) when another process holds it.
     pub fn try_lock(path: &Path) -> std::io::Result<Option<std::fs::File>> {
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)?;
-        // SAFETY: flock on a file descriptor we own.
-        let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return if e.raw_os_error() == Some(libc::EWOULDBLOCK) { Ok(None) } else { Err(e) };
-        }
+        let Some(mut f) = lock_file(path)? else { return Ok(None) };
         f.set_len(0)?;
         let _ = writeln!(f, "{}", std::process::id());
         Ok(Some(f))
