@@ -21,23 +21,9 @@ pub struct DroceIfaceCfg {
     pub rx_queue_len: c_uint,
 }
 
-#[repr(C)]
-pub struct DroceIfaceInfo {
-    pub am_max_short: usize,
-    pub am_max_bcopy: usize,
-    pub am_max_zcopy: usize,
-    pub am_max_hdr: usize,
-    pub put_max_short: usize,
-    pub put_max_bcopy: usize,
-    pub put_max_zcopy: usize,
-    pub get_max_bcopy: usize,
-    pub get_max_zcopy: usize,
-    pub max_iov: usize,
-    pub latency_s: f64,
-    pub bandwidth_bps: f64,
-    pub overhead_s: f64,
-    pub path_mtu: c_uint,
-}
+/// `droce_iface_info_t` of shim/droce_abi.h: the transport's figures as they are (`iface::Info`
+/// is `repr(C)` with the same fields in the same order).
+pub type DroceIfaceInfo = Info;
 
 #[repr(C)]
 pub struct DroceIov {
@@ -268,24 +254,7 @@ pub extern "C" fn droce_rs_iface_info(rs: *mut c_void, out: *mut DroceIfaceInfo)
     guard((), || {
         let i: Info = iface(rs).iface.info();
         // SAFETY: valid out pointer from the shim.
-        unsafe {
-            *out = DroceIfaceInfo {
-                am_max_short: i.am_max_short,
-                am_max_bcopy: i.am_max_bcopy,
-                am_max_zcopy: i.am_max_zcopy,
-                am_max_hdr: i.am_max_hdr,
-                put_max_short: i.put_max_short,
-                put_max_bcopy: i.put_max_bcopy,
-                put_max_zcopy: i.put_max_zcopy,
-                get_max_bcopy: i.get_max_bcopy,
-                get_max_zcopy: i.get_max_zcopy,
-                max_iov: i.max_iov,
-                latency_s: i.latency_s,
-                bandwidth_bps: i.bandwidth_bps,
-                overhead_s: i.overhead_s,
-                path_mtu: i.path_mtu,
-            }
-        };
+        unsafe { *out = i };
     })
 }
 

@@ -60,7 +60,9 @@ pub struct IfaceCfg {
     pub rx_queue_len: u32,
 }
 
-/// Figures for `uct_iface_query`.
+/// Figures for `uct_iface_query`; also the C ABI's `droce_iface_info_t` (shim/droce_abi.h: same
+/// fields, same order), so keep the two in step.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Info {
     pub am_max_short: usize,
