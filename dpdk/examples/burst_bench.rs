@@ -6,7 +6,9 @@
 //!     --no-huge -m 512 --no-pci --no-shconf --file-prefix=bench-$$ -l 0 --vdev=net_null0 \
 //!     -- txonly 5 64 32
 //! ```
-//! App arguments: `txonly|rxonly|io SECONDS [PKT_SIZE=64] [BURST=32]`.
+//! App arguments: `txonly|rxonly|io|ping SECONDS [PKT_SIZE=64] [BURST=32]`.
+//! `ping` sends one frame and spins until it comes back from a peer running `io`, then prints
+//! the round-trip times: the raw floor under every latency figure over that port.
 
 use droce_dpdk::*;
 
@@ -23,7 +25,7 @@ fn main() {
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let eal = Eal::init(args)?;
     let app = eal.app_args().to_vec();
-    let usage = "app args: txonly|rxonly|io SECONDS [PKT_SIZE=64] [BURST=32]";
+    let usage = "app args: txonly|rxonly|io|ping SECONDS [PKT_SIZE=64] [BURST=32]";
     let mode = app.first().ok_or(usage)?.clone();
     let secs: f64 = app.get(1).ok_or(usage)?.parse()?;
     let size: u16 = app.get(2).map(|s| s.parse()).transpose()?.unwrap_or(64);
@@ -69,6 +71,7 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let mut batch: MbufBatch<BURST_MAX> = MbufBatch::new();
     let q = QueueId(0);
     let mut iter = 0u64;
+    let mut rtts: Vec<u64> = Vec::new();
     loop {
         iter += 1;
         if iter & 1023 == 0 && rdtsc().wrapping_sub(start.0) > end {
@@ -93,6 +96,35 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
                 rx_pkts += port.rx_burst(q, &mut batch)? as u64;
                 batch.clear();
             }
+            "ping" => {
+                // One frame out, spin until one comes back (the peer runs `io`): the raw
+                // round trip that bounds every latency test over this port.
+                if batch.alloc_bulk(&pool, 1).is_err() {
+                    nombuf += 1;
+                    continue;
+                }
+                if let Some(d) = batch.iter_mut().next().and_then(|m| m.set_len(frame_len)) {
+                    d[..42].copy_from_slice(&tmpl);
+                }
+                let t = rdtsc();
+                let (s, d) = port.tx_burst_or_free(q, &mut batch)?;
+                tx_pkts += s as u64;
+                dropped += d as u64;
+                if s == 1 {
+                    let mut got = 0;
+                    for _ in 0..10_000_000u32 {
+                        got = port.rx_burst(q, &mut batch)?;
+                        if got > 0 {
+                            break;
+                        }
+                    }
+                    rx_pkts += got as u64;
+                    batch.clear();
+                    if got > 0 {
+                        rtts.push(rdtsc().wrapping_sub(t));
+                    }
+                }
+            }
             "io" => {
                 rx_pkts += port.rx_burst(q, &mut batch)? as u64;
                 let (s, d) = port.tx_burst_or_free(q, &mut batch)?;
@@ -113,6 +145,18 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         st.opackets,
         st.ipackets
     );
+    if !rtts.is_empty() {
+        rtts.sort_unstable();
+        let us = |c: u64| tsc.cycles_to_ns(c) as f64 / 1e3;
+        println!(
+            "ping: {} round trips, rtt min {:.2} us median {:.2} us p99 {:.2} us; half round trip median {:.2} us",
+            rtts.len(),
+            us(rtts[0]),
+            us(rtts[rtts.len() / 2]),
+            us(rtts[rtts.len() * 99 / 100]),
+            us(rtts[rtts.len() / 2]) / 2.0
+        );
+    }
     port.stop()?;
     port.close()?;
     drop(batch);
