@@ -295,8 +295,8 @@ pub extern "C" fn droce_rs_iface_is_reachable(rs: *mut c_void, dev_addr: *const 
 }
 
 /// Run the events of a progress round (no lock held), then the pending requests.
-fn run_events(b: &IfaceBox, events: &[Event]) {
-    for e in events {
+fn run_events(b: &IfaceBox, events: Vec<Event>) {
+    for e in &events {
         trace!("event {e:?}");
         match *e {
             Event::Am { id, addr, len, .. } => {
@@ -355,9 +355,9 @@ pub extern "C" fn droce_rs_iface_progress(rs: *mut c_void) -> c_uint {
         let b = iface(rs);
         let p = b.iface.progress();
         if !p.events.is_empty() {
-            run_events(b, &p.events);
+            run_events(b, p.events);
         }
-        p.count + dispatch_pending(b)
+        p.count + if p.pending { dispatch_pending(b) } else { 0 }
     })
 }
 

@@ -288,6 +288,16 @@ struct Inner {
     iface_waiters: Vec<usize>,
     psn_seed: u32,
     closed: bool,
+    /// Progress calls in a row that found nothing to do.
+    idle: u32,
+    /// The event buffer of progress, handed to the FFI layer and given back by
+    /// [`Iface::after_events`]: no allocation per progress round.
+    ev_spare: Vec<Event>,
+    /// A send work request kept between posts: its gather list's capacity is reused
+    /// (`post_send_ref`), so a post allocates nothing.
+    wr_spare: Option<SendWr>,
+    /// The receive work request every repost reuses (one SGE).
+    rx_wr: RecvWr,
 }
 
 /// One UCT interface.
@@ -298,7 +308,6 @@ pub struct Iface {
     pub c: usize,
     host: &'static Mutex<Host>,
     inner: Mutex<Inner>,
-    idle: std::sync::atomic::AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -312,8 +321,11 @@ fn verb<T, E: std::fmt::Debug>(what: &str, r: Result<T, E>) -> Result<T, String>
 /// Result of [`Iface::progress`].
 #[derive(Debug, Default)]
 pub struct Progress {
+    /// Give it back with [`Iface::after_events`] (it keeps the buffer for the next round).
     pub events: Vec<Event>,
     pub count: u32,
+    /// Endpoints have queued pending requests (dispatch them).
+    pub pending: bool,
 }
 
 impl Iface {
@@ -348,6 +360,10 @@ impl Iface {
             iface_waiters: Vec::new(),
             psn_seed: (std::process::id().wrapping_mul(0x9e37_79b9) ^ (base as u32)) & 0xff_ffff,
             closed: false,
+            idle: 0,
+            ev_spare: Vec::with_capacity(POLL_BUDGET * 2),
+            wr_spare: None,
+            rx_wr: RecvWr::new(0).with_sge(base, lay.rx_stride as u32, lkey),
         };
         match kind {
             Kind::Rc => {
@@ -367,7 +383,7 @@ impl Iface {
                 inner.ud_qp = Some(qp);
             }
         }
-        let iface = Iface { kind, c, host: host_m, inner: Mutex::new(inner), idle: std::sync::atomic::AtomicU32::new(0) };
+        let iface = Iface { kind, c, host: host_m, inner: Mutex::new(inner) };
         {
             let mut g = lock(&iface.inner);
             for slot in 0..lay.rx_count as u32 {
@@ -412,11 +428,14 @@ impl Iface {
     }
 
     fn post_rx(&self, g: &mut Inner, host: &mut Host, slot: u32) -> Result<(), Status> {
-        let wr = RecvWr::new(slot as u64).with_sge(Self::rx_addr(g, slot), g.lay.rx_stride as u32, g.lkey);
+        let addr = Self::rx_addr(g, slot);
+        let wr = &mut g.rx_wr;
+        wr.wr_id = slot as u64;
+        wr.sg_list[0].addr = addr;
         let d = host.dev().device_mut();
         let r = match (g.srq, g.ud_qp) {
-            (Some(srq), _) => d.post_srq_recv(srq, wr),
-            (None, Some(qp)) => d.post_recv(qp, wr),
+            (Some(srq), _) => d.post_srq_recv_ref(srq, &g.rx_wr),
+            (None, Some(qp)) => d.post_recv_ref(qp, &g.rx_wr),
             _ => return Err(UCS_ERR_IO_ERROR),
         };
         r.map_err(|_| UCS_ERR_IO_ERROR)
@@ -587,6 +606,26 @@ impl Iface {
         g.free_tx.pop().ok_or(UCS_ERR_NO_RESOURCE)
     }
 
+    /// A blank send work request with `opcode` (the kept one when there is: no allocation).
+    fn new_wr(g: &mut Inner, opcode: SendOpcode) -> SendWr {
+        match g.wr_spare.take() {
+            Some(mut w) => {
+                w.sg_list.clear();
+                w.wr_id = 0;
+                w.opcode = opcode;
+                w.flags = SendFlags::SIGNALED;
+                w.imm_data = 0;
+                w.remote_addr = 0;
+                w.rkey = Rkey(0);
+                w.compare_add = 0;
+                w.swap = 0;
+                w.ud = None;
+                w
+            }
+            None => SendWr::new(0, opcode),
+        }
+    }
+
     /// Post `wr` (wr_id = slot) on the endpoint and record the operation.
     fn post(&self, g: &mut Inner, h: &mut Host, id: u32, slot: u32, mut wr: SendWr, comp: usize, kind: OpKind) -> Result<(), Status> {
         let (qp, seq) = {
@@ -601,13 +640,21 @@ impl Iface {
         };
         wr.wr_id = slot as u64;
         wr.flags = wr.flags | SendFlags::SIGNALED;
-        match h.dev().device_mut().post_send(qp, wr) {
+        let r = h.dev().device_mut().post_send_ref(qp, &wr);
+        g.wr_spare = Some(wr);
+        match r {
             Ok(()) => {
                 let ep = g.eps[id as usize].as_mut().ok_or(UCS_ERR_INVALID_PARAM)?;
                 ep.fence = false;
                 ep.next_seq += 1;
                 ep.inflight.insert(seq);
                 g.ops[slot as usize] = Some(Op { ep: id, seq, comp, kind });
+                if g.free_tx.len() + 1 == g.lay.tx_count {
+                    // The only operation in flight (latency-bound: a ping-pong, a lone put):
+                    // put it on the wire now rather than at the next progress call. With more
+                    // in flight the progress loop sends them in bursts.
+                    h.dev().poll();
+                }
                 Ok(())
             }
             Err(e) => {
@@ -645,7 +692,7 @@ impl Iface {
         let mut h = lock(self.host);
         let res = (|| {
             let base = Self::tx_addr(&g, slot);
-            let mut wr = SendWr::new(0, SendOpcode::SendImm).with_imm(am_id as u32);
+            let mut wr = Self::new_wr(&mut g, SendOpcode::SendImm).with_imm(am_id as u32);
             if zcopy {
                 if !hdr.is_empty() {
                     h.dev().write_mem(base, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
@@ -693,8 +740,8 @@ impl Iface {
         }
         let base = Self::tx_addr(&g, slot);
         let mut wr = match (am_id, remote) {
-            (Some(a), _) => SendWr::new(0, SendOpcode::SendImm).with_imm(a as u32),
-            (None, Some((addr, rkey))) => SendWr::new(0, SendOpcode::Write).with_remote(addr, rkey),
+            (Some(a), _) => Self::new_wr(&mut g, SendOpcode::SendImm).with_imm(a as u32),
+            (None, Some((addr, rkey))) => Self::new_wr(&mut g, SendOpcode::Write).with_remote(addr, rkey),
             (None, None) => {
                 g.free_tx.push(slot);
                 return Err(UCS_ERR_INVALID_PARAM);
@@ -732,7 +779,7 @@ impl Iface {
         }
         let slot = Self::reserve(&mut g, id)?;
         let mut h = lock(self.host);
-        let mut wr = SendWr::new(0, opcode).with_remote(remote, rkey);
+        let mut wr = Self::new_wr(&mut g, opcode).with_remote(remote, rkey);
         if zcopy {
             for s in segs {
                 match *s {
@@ -766,7 +813,8 @@ impl Iface {
         }
         let slot = Self::reserve(&mut g, id)?;
         let mut h = lock(self.host);
-        let wr = SendWr::new(0, SendOpcode::Read).with_remote(remote, rkey).with_sge(Self::tx_addr(&g, slot), len as u32, g.lkey);
+        let addr = Self::tx_addr(&g, slot);
+        let wr = Self::new_wr(&mut g, SendOpcode::Read).with_remote(remote, rkey).with_sge(addr, len as u32, g.lkey);
         self.post(&mut g, &mut h, id, slot, wr, comp, OpKind::GetBcopy { cb, arg, len })
     }
 
@@ -951,8 +999,10 @@ impl Iface {
         if g.closed {
             return out;
         }
+        let mut ev = std::mem::take(&mut g.ev_spare);
         let mut h = lock(self.host);
-        let busy = h.progress();
+        // The device every call; the CM agent (unused by UCX) only now and then.
+        let busy = h.progress_datapath();
         for _ in 0..POLL_BUDGET {
             let wc = match h.dev().device_mut().poll_cq_one(g.cq) {
                 Ok(Some(wc)) => wc,
@@ -960,25 +1010,38 @@ impl Iface {
             };
             out.count += 1;
             if (wc.opcode as u32) >= WcOpcode::Recv as u32 {
-                self.rx_completion(&mut g, &mut h, &wc, &mut out.events);
+                self.rx_completion(&mut g, &mut h, &wc, &mut ev);
             } else {
-                self.tx_completion(&mut g, &mut h, &wc, &mut out.events);
-            }
-        }
-        if !g.iface_waiters.is_empty() && g.free_tx.len() == g.lay.tx_count {
-            for comp in std::mem::take(&mut g.iface_waiters) {
-                out.events.push(Event::Complete { comp, status: UCS_OK });
+                self.tx_completion(&mut g, &mut h, &wc, &mut ev);
             }
         }
         drop(h);
-        drop(g);
+        if !g.iface_waiters.is_empty() && g.free_tx.len() == g.lay.tx_count {
+            for comp in std::mem::take(&mut g.iface_waiters) {
+                ev.push(Event::Complete { comp, status: UCS_OK });
+            }
+        }
+        out.pending = !g.pending_rr.is_empty();
         // A long idle spell: let another runnable thread have this CPU. Both ends of a pair
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
         // sends the reply or the ACK) otherwise waits for the scheduler's timeslice.
+        let mut yield_now = false;
         if busy || out.count > 0 {
-            self.idle.store(0, std::sync::atomic::Ordering::Relaxed);
-        } else if self.idle.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= IDLE_YIELD {
-            self.idle.store(0, std::sync::atomic::Ordering::Relaxed);
+            g.idle = 0;
+        } else {
+            g.idle += 1;
+            if g.idle > IDLE_YIELD {
+                g.idle = 0;
+                yield_now = true;
+            }
+        }
+        if ev.is_empty() {
+            g.ev_spare = ev;
+        } else {
+            out.events = ev;
+        }
+        drop(g);
+        if yield_now {
             std::thread::yield_now();
         }
         out
@@ -1087,14 +1150,14 @@ impl Iface {
         }
     }
 
-    /// After the events ran: repost receive slots, free GET bcopy slots.
-    pub fn after_events(&self, events: &[Event]) {
+    /// After the events ran: repost receive slots, free GET bcopy slots; keeps the buffer.
+    pub fn after_events(&self, mut events: Vec<Event>) {
         let mut g = lock(&self.inner);
         if g.closed {
             return;
         }
         let mut h = None;
-        for e in events {
+        for e in &events {
             match *e {
                 Event::Am { slot, .. } => {
                     let h = h.get_or_insert_with(|| lock(self.host));
@@ -1103,6 +1166,11 @@ impl Iface {
                 Event::Unpack { slot, .. } => g.free_tx.push(slot),
                 _ => {}
             }
+        }
+        drop(h);
+        if events.capacity() > g.ev_spare.capacity() {
+            events.clear();
+            g.ev_spare = events;
         }
     }
 }
