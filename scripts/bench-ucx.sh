@@ -6,10 +6,12 @@
 #   put_bw 64 KiB   ucx_perftest UCT droce_rc zcopy bandwidth vs the raw memif limit
 #                   (scripts/bench-fwd.sh 1082: dpdk-testpmd txonly->rxonly, 1082-byte frames =
 #                   one 1024-byte RoCE payload each, counted as frame bytes)            report
+#                   twice: perftest's default window for put_bw (-O 1: one put in flight, each
+#                   waits for its ACK, so latency-bound) and pipelined (-O $PUT_WINDOW, default 8)
 #   MPICH 8 B       ping-pong half round trip, UCX_TLS=droce_rc,droce_ud,self vs tcp,self  report
 #
 # Server pinned to CPU 0, client to CPU 1. Usage: scripts/bench-ucx.sh
-# Env: UCT_LIB=path (default: cargo build --release -p droce-ucx), N_LAT, N_BW, N_MPI.
+# Env: UCT_LIB=path (default: cargo build --release -p droce-ucx), N_LAT, N_BW, N_MPI, PUT_WINDOW.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${UCT_LIB:-}" ]; then
@@ -21,6 +23,7 @@ fi
 N_LAT=${N_LAT:-100000}
 N_BW=${N_BW:-5000}
 N_MPI=${N_MPI:-20000}
+PUT_WINDOW=${PUT_WINDOW:-8}
 CPU_S=0
 CPU_C=$(( $(nproc) > 1 ? 1 : 0 ))
 TMP=$(mktemp -d /tmp/droce-bench-ucx.XXXXXX)
@@ -56,6 +59,7 @@ D="LD_PRELOAD=$UCT_LIB"
 perftest am_lat_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
 perftest am_lat_tcp "" "-d lo -x tcp" "-d lo -x tcp -t am_lat -s 8 -n $N_LAT -w 1000"
 perftest put_bw_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100"
+perftest put_bw_droce_w "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100 -O $PUT_WINDOW"
 perftest ud_lat_droce "$D" "-d droce0 -x droce_ud" "-d droce0 -x droce_ud -t am_lat -s 8 -n $N_LAT -w 1000"
 perftest tag_lat_droce "$D UCX_TLS=droce_rc,droce_ud" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
 perftest tag_lat_tcp "UCX_TLS=tcp" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
@@ -106,10 +110,13 @@ TL=$(final tag_lat_droce 3); TT=$(final tag_lat_tcp 3)
 PB=$(final put_bw_droce 6)
 RAWMB=$(awk -v r="$RAW_1082" 'BEGIN { printf "%.0f", r * 1082 / 1e6 }')
 PBMB=$(awk -v m="$PB" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')
+PBW=$(final put_bw_droce_w 6)
+PBWMB=$(awk -v m="$PBW" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')
 echo
 printf "| test | droce | baseline | ratio | target |\n|---|---|---|---|---|\n"
 printf "| UCT am_lat 8 B typical (droce_rc) | %s us (avg %s) | UCX tcp lo %s us (avg %s) | %s | <= 0.3 |\n" "$AL" "$(final am_lat_droce 4)" "$AT" "$(final am_lat_tcp 4)" "$(ratio "$AL" "$AT")"
 printf "| UCT am_lat 8 B typical (droce_ud) | %s us | UCX tcp lo %s us | %s | report |\n" "$UL" "$AT" "$(ratio "$UL" "$AT")"
 printf "| UCP tag_lat 8 B typical | %s us | UCX tcp %s us | %s | report |\n" "$TL" "$TT" "$(ratio "$TL" "$TT")"
-printf "| UCT put_bw 64 KiB zcopy (droce_rc) | %s MB/s | raw memif %s MB/s frame bytes (%.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
+printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O 1) | %s MB/s | raw memif %s MB/s frame bytes (%.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
+printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O %s) | %s MB/s | raw memif %s MB/s | %s | report |\n" "$PUT_WINDOW" "$PBWMB" "$RAWMB" "$(ratio "$PBWMB" "$RAWMB")"
 printf "| MPICH 8 B ping-pong half round trip | %s us | UCX tcp %s us | %s | report |\n" "$MPI" "$MPI_TCP" "$(ratio "$MPI" "$MPI_TCP")"

@@ -39,8 +39,18 @@ pub const MAX_IOV: usize = 8;
 const MAX_RDMA: usize = 1 << 30;
 /// Completions handled per progress call.
 const POLL_BUDGET: usize = 64;
-/// Idle progress calls in a row after which the thread yields its CPU once.
+/// Idle progress calls in a row after which the thread yields its CPU once (default of
+/// `DROCE_UCX_IDLE_YIELD`; 0 there: never yield).
 const IDLE_YIELD: u32 = 64;
+
+fn idle_yield() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| match std::env::var("DROCE_UCX_IDLE_YIELD").ok().and_then(|v| v.parse::<u32>().ok()) {
+        Some(0) => u32::MAX,
+        Some(n) => n,
+        None => IDLE_YIELD,
+    })
+}
 
 pub const DEV_ADDR_LEN: usize = 16;
 pub const UD_IFACE_ADDR_LEN: usize = 4;
@@ -1029,8 +1039,8 @@ impl Iface {
         if busy || out.count > 0 {
             g.idle = 0;
         } else {
-            g.idle += 1;
-            if g.idle > IDLE_YIELD {
+            g.idle = g.idle.saturating_add(1);
+            if g.idle > idle_yield() {
                 g.idle = 0;
                 yield_now = true;
             }
