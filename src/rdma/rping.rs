@@ -282,6 +282,10 @@ struct Side<'a> {
     conn: Option<ConnId>,
     timeout: Duration,
     disconnected: bool,
+    /// A receive that completed before the send completion being waited for (completions of
+    /// the send and receive queues are not ordered: the peer may answer a SEND before its
+    /// ACK reaches us).
+    early_recv: Option<WorkCompletion>,
 }
 
 impl Side<'_> {
@@ -375,15 +379,23 @@ impl Side<'_> {
 
     /// Waits for our own completion of kind `want` (a receive may come first: it is kept).
     fn wait_send(&mut self, what: &str) -> R<()> {
-        let wc = self.wc(what)?;
-        if wc.opcode == WcOpcode::Recv {
-            return Err(format!("unexpected receive while waiting for {what}"));
+        loop {
+            let wc = self.wc(what)?;
+            if wc.opcode != WcOpcode::Recv {
+                return Ok(());
+            }
+            if self.early_recv.is_some() {
+                return Err(format!("unexpected second receive while waiting for {what}"));
+            }
+            self.early_recv = Some(wc);
         }
-        Ok(())
     }
 
     fn wait_recv(&mut self, b: &Bufs, what: &str) -> R<(u64, u32, u32)> {
-        let wc = self.wc(what)?;
+        let wc = match self.early_recv.take() {
+            Some(wc) => wc,
+            None => self.wc(what)?,
+        };
         if wc.opcode != WcOpcode::Recv {
             return Err(format!("unexpected {:?} completion while waiting for {what}", wc.opcode));
         }
@@ -407,7 +419,7 @@ fn run(dev: &mut RoceDevice, o: &RpingOpts) -> R<()> {
     let b = Bufs { mr, recv: buf.base, send: buf.base + 64, rdma: buf.base + 4096, start: buf.base + 4096 + size.next_multiple_of(4096) };
     let cq = verb("create_cq", dev.device_mut().create_cq(64))?;
     let cm = CmAgent::new(dev, CmAgentConfig { seed: dev::seed(), ..Default::default() }).map_err(|e| e.to_string())?;
-    let mut s = Side { dev, cm, cq, qp: None, conn: None, timeout: o.timeout, disconnected: false };
+    let mut s = Side { dev, cm, cq, qp: None, conn: None, timeout: o.timeout, disconnected: false, early_recv: None };
     let new_qp = |s: &mut Side| -> R<QpHandle> {
         let cap = QpCap { max_send_wr: 16, max_recv_wr: 2, ..QpCap::default() };
         let qp = verb(

@@ -217,6 +217,8 @@ pub struct Device<M: Memory> {
     ip_id: u16,
     port_mtu: PathMtu,
     fx: Effects,
+    /// Set while `poll_transmit_data` runs: plain ACK/NAK replies wait.
+    hold_acks: bool,
 }
 
 /// Largest frame the device produces for its port MTU (buffers given to `poll_transmit`
@@ -249,6 +251,7 @@ impl<M: Memory> Device<M> {
             ip_id: 0,
             port_mtu,
             fx: Effects::default(),
+            hold_acks: false,
         }
     }
 
@@ -1137,13 +1140,33 @@ impl<M: Memory> Device<M> {
         None
     }
 
+    /// [`poll_transmit`](Self::poll_transmit) without the plain ACK/NAK replies (unless a
+    /// READ or atomic response waits behind them: then all go, in order): they stay
+    /// queued (and keep merging: one ACK covers what arrives meanwhile) for the next
+    /// `poll_transmit`; READ and atomic responses, requests and retransmissions go.
+    ///
+    /// For a poll loop that wants acknowledgements off the critical path: a request that
+    /// asked for an ACK completes a receive right away; sending the ACK in the same round
+    /// would delay the application's reply (a ping-pong's second half) by one frame's
+    /// emission and TX burst. With `poll_transmit_data` right after RX and `poll_transmit`
+    /// at the start of the next round (after whatever the application posted), the reply
+    /// leaves first and the ACK right behind it. An ACK waits for at most one round.
+    pub fn poll_transmit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.hold_acks = true;
+        let r = self.poll_transmit(now, buf);
+        self.hold_acks = false;
+        r
+    }
+
     fn transmit_qp(&mut self, idx: u32, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let lim = self.limits(self.qps.get(idx)?);
         let q = self.qps.get_mut(idx)?;
         match q.init.qp_type {
             QpType::Rc => {
                 let err = q.state == QpState::Err;
-                let pkt = match responder::next_reply(q, err) {
+                let held = self.hold_acks && (err || responder::only_acks(q));
+                let reply = if held { None } else { responder::next_reply(q, err) };
+                let pkt = match reply {
                     Some(p) => Some(p),
                     None if matches!(q.state, QpState::Rts | QpState::Sqd) => {
                         if q.state == QpState::Sqd && !q.req.sq.get(q.req.next).is_some_and(|w| w.started) {

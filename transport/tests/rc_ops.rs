@@ -170,3 +170,52 @@ fn transmit_round_robin_among_qps() {
     let (n1, n2) = (p.b.dev.query_qp(qb1).unwrap().qp_num, p.b.dev.query_qp(qb2).unwrap().qp_num);
     assert_eq!(order, vec![n1, n2, n1, n2, n1, n2, n1, n2], "one frame per QP in turn");
 }
+
+/// `poll_transmit_data` holds plain ACKs (they go with the next `poll_transmit`, behind the
+/// reply the application posted meanwhile) but not READ responses.
+#[test]
+fn poll_transmit_data_holds_acks_not_read_responses() {
+    use droce_transport::wire::{Opcode, RoceRepr};
+    use droce_transport::Instant;
+    let mut p = Pair::new(LinkConfig::PERFECT, 7, MEM);
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
+    let now = Instant(0);
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let op_of = |f: &[u8]| RoceRepr::parse(f).expect("parse").0.bth.opcode;
+    p.a.dev.post_recv(qa, RecvWr::new(1).with_sge(MEM_BASE + 0x8000, 64, la)).unwrap();
+    p.b.dev.post_recv(qb, RecvWr::new(2).with_sge(MEM_BASE + 0x8000, 64, lb)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(10, SendOpcode::Send).with_sge(MEM_BASE, 8, la)).unwrap();
+    let n = p.a.dev.poll_transmit_data(now, &mut buf).expect("the SEND is data");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcSendOnly);
+    p.b.dev.handle_rx(now, &buf[..n]);
+    let wc = p.b.poll().expect("receive completes before any ACK is sent");
+    assert_eq!((wc.opcode, wc.status), (WcOpcode::Recv, WcStatus::Success));
+    assert!(p.b.dev.poll_transmit_data(now, &mut buf).is_none(), "the ACK waits");
+    // the reply posted meanwhile leaves first, then the held ACK
+    p.b.dev.post_send(qb, SendWr::new(20, SendOpcode::Send).with_sge(MEM_BASE, 8, lb)).unwrap();
+    let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("reply");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcSendOnly);
+    p.a.dev.handle_rx(now, &buf[..n]);
+    let n = p.b.dev.poll_transmit(now, &mut buf).expect("held ACK");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcAcknowledge);
+    p.a.dev.handle_rx(now, &buf[..n]);
+    assert!(p.b.dev.poll_transmit(now, &mut buf).is_none());
+    let mut got = Vec::new();
+    while let Some(wc) = p.a.poll() {
+        got.push((wc.opcode, wc.wr_id, wc.status));
+    }
+    got.sort_by_key(|g| g.1);
+    assert_eq!(got, vec![(WcOpcode::Recv, 1, WcStatus::Success), (WcOpcode::Send, 10, WcStatus::Success)]);
+    // a READ response is data: not held
+    p.b.dev.post_send(qb, SendWr::new(30, SendOpcode::Read).with_sge(MEM_BASE + 0x100, 16, lb).with_remote(MEM_BASE, p.a.mr.rkey)).unwrap();
+    let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("READ request");
+    p.a.dev.handle_rx(now, &buf[..n]);
+    // A still owes B an ACK for the reply SEND: it goes, in order, with the READ response
+    // queued behind it (the response is not held)
+    let n = p.a.dev.poll_transmit_data(now, &mut buf).expect("ACK ahead of a READ response");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcAcknowledge);
+    let n = p.a.dev.poll_transmit_data(now, &mut buf).expect("READ response is not held");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcReadResponseOnly);
+    assert!(p.a.dev.poll_transmit_data(now, &mut buf).is_none());
+}

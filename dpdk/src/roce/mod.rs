@@ -422,6 +422,8 @@ pub struct RoceDevice {
     rx_batch: MbufBatch<64>,
     tx_batch: MbufBatch<64>,
     tx_queue: VecDeque<Mbuf>,
+    /// Plain ACKs received behind a request in the last burst (handled first next round).
+    rx_acks_later: VecDeque<Mbuf>,
     spare: Option<Mbuf>,
     // Dropped last: every mbuf above returns to it first.
     pool: Arc<Mempool>,
@@ -521,6 +523,7 @@ impl RoceDevice {
             rx_batch: MbufBatch::new(),
             tx_batch: MbufBatch::new(),
             tx_queue: VecDeque::new(),
+            rx_acks_later: VecDeque::new(),
             spare: None,
             pool,
         })
@@ -660,18 +663,50 @@ impl RoceDevice {
 
     // ------------------------------------------------------------------ the loop
 
-    /// One round: an RX burst (≤ `rx_burst`), due timers, up to `tx_burst` frames from the
-    /// transport, and a TX burst. Returns what happened so callers can spin or back off.
+    /// One round: frames the application posted since the last round go out first (then the
+    /// acknowledgements held from the last round's RX), an RX burst (≤ `rx_burst`), due
+    /// timers, and what RX and timers made sendable (READ/atomic responses, requests the
+    /// window now allows, retransmissions) — each TX step up to `tx_burst` frames and one TX
+    /// burst. Returns what happened so callers can spin or back off.
+    ///
+    /// Order for latency: a reply posted after a completion leaves at the very start of the
+    /// next round, ahead of the ACK for the request it answers (which waits one round in the
+    /// transport, [`Device::poll_transmit_data`]) and without an RX burst in front of it.
     pub fn poll(&mut self) -> Work {
         let mut work = Work::default();
-        let now = self.now();
-        // RX
-        if let Ok(n) = self.port.rx_burst_max(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst) {
-            work.rx = n as u32;
+        let t0 = crate::rdtsc();
+        let now = Instant(self.clock.elapsed_ns(t0));
+        // TX: what the application posted, then the held ACKs
+        self.transmit(now, true, &mut work);
+        self.transmit(now, false, &mut work);
+        // RX: the ACKs held back from the last burst, then a new burst
+        while let Some(m) = self.rx_acks_later.pop_front() {
+            work.rx += 1;
+            self.rx_mbuf(now, m);
         }
-        if work.rx > 0 {
+        let mut n = 0;
+        if let Ok(k) = self.port.rx_burst_max(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst) {
+            n = k;
+            work.rx += k as u32;
+        }
+        if n > 0 {
             let mut batch = core::mem::take(&mut self.rx_batch);
+            // Plain ACKs behind a request wait for the next round: the request's completion
+            // (a ping-pong's receive) reaches the application first. ACKs stay in order
+            // among themselves; nothing else is reordered.
+            let mut request_seen = false;
+            let defer = self.fault_rx.is_none();
             for m in batch.drain() {
+                if defer && m.nb_segs() == 1 {
+                    match rc_bth_opcode(m.data()) {
+                        Some(OPCODE_RC_ACK) if request_seen => {
+                            self.rx_acks_later.push_back(m);
+                            continue;
+                        }
+                        Some(op) if !(OPCODE_RC_FIRST_RESPONSE..=OPCODE_RC_LAST_RESPONSE).contains(&op) => request_seen = true,
+                        _ => {}
+                    }
+                }
                 self.rx_mbuf(now, m);
             }
             self.rx_batch = batch;
@@ -700,10 +735,22 @@ impl RoceDevice {
                 }
             }
         }
-        // TX from the transport, bounded by the budget and by frames still waiting for the PMD
+        // TX what RX and timers made sendable; ACKs they queued wait for the next round
+        if work.rx > 0 || work.timers {
+            self.transmit(now, true, &mut work);
+        } else {
+            self.flush_tx();
+        }
+        work
+    }
+
+    /// Frames from the transport (all, or without plain ACK/NAKs) up to the budget, bounded
+    /// by frames still waiting for the PMD, then a TX burst.
+    fn transmit(&mut self, now: Instant, data_only: bool, work: &mut Work) {
         let room = (self.cfg.tx_burst as usize * 4).saturating_sub(self.tx_queue.len() + self.tx_batch.len());
         let budget = (self.cfg.tx_burst as usize).min(room);
-        for _ in 0..budget {
+        let mut sent = 0;
+        while sent < budget {
             let mut m = match self.spare.take() {
                 Some(m) => m,
                 None => match self.pool.alloc() {
@@ -718,10 +765,11 @@ impl RoceDevice {
                 self.counters.tx_nombuf += 1;
                 break;
             };
-            match self.dev.poll_transmit(now, buf) {
+            let r = if data_only { self.dev.poll_transmit_data(now, buf) } else { self.dev.poll_transmit(now, buf) };
+            match r {
                 Some(n) => {
                     let _ = m.set_len(n as u16);
-                    work.tx += 1;
+                    sent += 1;
                     self.counters.tx_roce += 1;
                     self.route(now.0, m);
                 }
@@ -731,8 +779,8 @@ impl RoceDevice {
                 }
             }
         }
+        work.tx += sent as u32;
         self.flush_tx();
-        work
     }
 
     fn flush_tx(&mut self) {
@@ -1059,6 +1107,27 @@ impl RoceDevice {
             }
         }
     }
+}
+
+/// BTH opcodes of the RC responses: RDMA READ Response First (0x0d) .. Atomic Acknowledge (0x12).
+const OPCODE_RC_FIRST_RESPONSE: u8 = 0x0d;
+const OPCODE_RC_LAST_RESPONSE: u8 = 0x12;
+/// BTH opcode of the RC Acknowledge (ACK/NAK, no payload).
+const OPCODE_RC_ACK: u8 = 0x11;
+
+/// The BTH opcode of a RoCEv2 frame (IPv4 without options, or IPv6, UDP to 4791), from fixed
+/// offsets without any check beyond lengths: only for scheduling, the transport parses.
+#[inline]
+fn rc_bth_opcode(f: &[u8]) -> Option<u8> {
+    let bth = match (f.get(12..14)?, f.get(14)?) {
+        ([0x08, 0x00], 0x45) if f.get(23) == Some(&17) => 14 + 20 + 8,
+        ([0x86, 0xdd], _) if f.get(20) == Some(&17) => 14 + 40 + 8,
+        _ => return None,
+    };
+    if f.get(bth - 6..bth - 4)? != [0x12, 0xb7] {
+        return None;
+    }
+    f.get(bth).copied()
 }
 
 /// Whether a frame is RoCEv2 (IPv4 or IPv6, UDP to 4791).

@@ -496,6 +496,12 @@ pub(crate) fn on_ack_timeout(qp: &mut Qp) {
     }
 }
 
+/// Whether every queued reply is a plain ACK or NAK (no READ or atomic response, which
+/// would otherwise wait behind them).
+pub(crate) fn only_acks(qp: &Qp) -> bool {
+    qp.resp.queue.iter().all(|r| matches!(r, Reply::Ack { .. }))
+}
+
 /// The next reply packet, if any. In the error state only ACK/NAKs still go out (the
 /// NAK that caused the error must reach the requester).
 pub(crate) fn next_reply(qp: &mut Qp, error_state: bool) -> Option<TxPkt> {
