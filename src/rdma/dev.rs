@@ -249,6 +249,25 @@ impl Dev {
         }
     }
 
+    /// [`post_send`](Self::post_send) of a work request the caller keeps and reuses (no
+    /// allocation per post with manual progress).
+    pub fn post_send_ref(&mut self, qp: QpHandle, wr: &SendWr) -> R<()> {
+        match self {
+            Dev::Manual(d) => verb("post_send", d.device_mut().post_send_ref(qp, wr)),
+            Dev::Thread { eng, .. } => verb("post_send", eng.submit(Command::PostSend { qp, wr: wr.clone() }).map(|_| ())),
+            Dev::Gone => Err("device gone".into()),
+        }
+    }
+
+    /// [`post_recv`](Self::post_recv) of a work request the caller keeps and reuses.
+    pub fn post_recv_ref(&mut self, qp: QpHandle, wr: &RecvWr) -> R<()> {
+        match self {
+            Dev::Manual(d) => verb("post_recv", d.device_mut().post_recv_ref(qp, wr)),
+            Dev::Thread { eng, .. } => verb("post_recv", eng.submit(Command::PostRecv { qp, wr: wr.clone() }).map(|_| ())),
+            Dev::Gone => Err("device gone".into()),
+        }
+    }
+
     pub fn post_recv(&mut self, qp: QpHandle, wr: RecvWr) -> R<()> {
         match self {
             Dev::Manual(d) => verb("post_recv", d.device_mut().post_recv(qp, wr)),

@@ -8,7 +8,7 @@ use super::report::{self, address_line, bw_row, check_pattern, fill_pattern, lat
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::WcOpcode;
-use droce_transport::verbs::{AccessFlags, CqHandle, MemoryRegion, RecvWr, SendFlags, SendOpcode, SendWr, UdDest};
+use droce_transport::verbs::{AccessFlags, CqHandle, MemoryRegion, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest};
 use droce_transport::{Gid, Psn, QKey, Qpn, Rkey};
 use std::time::{Duration, Instant};
 
@@ -424,8 +424,16 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
 }
 
 fn post_recv(r: &Run, dv: &mut Dev, q: usize, k: u64) -> R<()> {
+    post_recv_with(r, dv, q, k, &mut RecvWr::new(0))
+}
+
+/// [`post_recv`] through a receive work request the loop keeps (no allocation per message).
+fn post_recv_with(r: &Run, dv: &mut Dev, q: usize, k: u64, wr: &mut RecvWr) -> R<()> {
     let len = r.o.size + if r.o.ud { GRH } else { 0 };
-    dv.post_recv(r.qps[q].h, RecvWr::new(wrid(q, k)).with_sge(r.rslot(q, k), len as u32, r.mr.lkey))
+    wr.wr_id = wrid(q, k);
+    wr.sg_list.clear();
+    wr.sg_list.push(Sge { addr: r.rslot(q, k), length: len as u32, lkey: r.mr.lkey });
+    dv.post_recv_ref(r.qps[q].h, wr)
 }
 
 fn wrid(q: usize, i: u64) -> u64 {
@@ -440,26 +448,37 @@ fn wr_i(id: u64) -> u64 {
 
 /// Builds the requester's work request `i` on QP `q` (data already in place).
 fn request(r: &Run, q: usize, i: u64, atomic_n: u64) -> SendWr {
+    let mut w = SendWr::new(0, SendOpcode::Send);
+    request_into(r, q, i, atomic_n, &mut w);
+    w
+}
+
+/// [`request`] into a work request the loop keeps: every field rewritten, the gather list's
+/// allocation reused (posted with `post_send_ref`, no allocation per message).
+fn request_into(r: &Run, q: usize, i: u64, atomic_n: u64, w: &mut SendWr) {
     let src = r.tslot(q, i);
     let size = r.o.size as u32;
-    match r.o.test {
-        Test::WriteBw | Test::WriteLat => SendWr::new(wrid(q, i), SendOpcode::Write).with_sge(src, size, r.mr.lkey).with_remote(r.raddr(q, i), r.rkey(q)),
-        Test::ReadBw | Test::ReadLat => SendWr::new(wrid(q, i), SendOpcode::Read).with_sge(src, size, r.mr.lkey).with_remote(r.raddr(q, i), r.rkey(q)),
-        Test::AtomicBw | Test::AtomicLat => {
-            let w = match r.o.atomic {
-                AtomicOp::FetchAdd => SendWr::new(wrid(q, i), SendOpcode::FetchAdd).with_atomic(1, 0),
-                AtomicOp::CmpSwap => SendWr::new(wrid(q, i), SendOpcode::CmpSwap).with_atomic(atomic_n, atomic_n + 1),
-            };
-            w.with_sge(src, 8, r.mr.lkey).with_remote(r.raddr(q, 0), r.rkey(q))
-        }
-        _ => {
-            let mut w = SendWr::new(wrid(q, i), SendOpcode::Send).with_sge(src, size, r.mr.lkey);
-            if let Some(ud) = r.qps[q].ud {
-                w = w.with_ud(ud);
-            }
-            w
-        }
+    let (opcode, len, remote, (add, swap)) = match r.o.test {
+        Test::WriteBw | Test::WriteLat => (SendOpcode::Write, size, Some(r.raddr(q, i)), (0, 0)),
+        Test::ReadBw | Test::ReadLat => (SendOpcode::Read, size, Some(r.raddr(q, i)), (0, 0)),
+        Test::AtomicBw | Test::AtomicLat => match r.o.atomic {
+            AtomicOp::FetchAdd => (SendOpcode::FetchAdd, 8, Some(r.raddr(q, 0)), (1, 0)),
+            AtomicOp::CmpSwap => (SendOpcode::CmpSwap, 8, Some(r.raddr(q, 0)), (atomic_n, atomic_n + 1)),
+        },
+        _ => (SendOpcode::Send, size, None, (0, 0)),
+    };
+    w.wr_id = wrid(q, i);
+    w.opcode = opcode;
+    w.flags = SendFlags::SIGNALED;
+    w.imm_data = 0;
+    w.sg_list.clear();
+    w.sg_list.push(Sge { addr: src, length: len, lkey: r.mr.lkey });
+    match remote {
+        Some(a) => (w.remote_addr, w.rkey) = (a, r.rkey(q)),
+        None => (w.remote_addr, w.rkey) = (0, Rkey(0)),
     }
+    (w.compare_add, w.swap) = (add, swap);
+    w.ud = if opcode == SendOpcode::Send { r.qps[q].ud } else { None };
 }
 
 /// Checks what a completed READ / atomic brought back.
@@ -501,6 +520,7 @@ fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
             }
         }
     }
+    let mut wr = request(r, 0, 0, 0);
     let t0 = droce_dpdk::rdtsc();
     let mut last = Stall::new(r.o.timeout);
     let total = iters * nq as u64;
@@ -513,11 +533,11 @@ fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
                     let p = r.payload(q, i);
                     dv.write_mem(r.tslot(q, i), &p)?;
                 }
-                let mut wr = request(r, q, i, i);
+                request_into(r, q, i, i, &mut wr);
                 if moderate && (i + 1) % CQ_MOD != 0 && i + 1 != iters {
                     wr.flags = SendFlags(0);
                 }
-                dv.post_send(r.qps[q].h, wr)?;
+                dv.post_send_ref(r.qps[q].h, &wr)?;
                 posted[q] += 1;
             }
         }
@@ -562,6 +582,7 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
     let mut t0 = None;
     let mut last = Stall::new(r.o.timeout);
     let off = if r.o.ud { GRH } else { 0 };
+    let mut rwr = RecvWr::new(0);
     while completed < total {
         if dv.progress() {
             last.reset();
@@ -581,7 +602,7 @@ fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
             }
             got[q] += 1;
             completed += 1;
-            post_recv(r, dv, q, k)?;
+            post_recv_with(r, dv, q, k, &mut rwr)?;
             if completed & (STAMP_STEP - 1) == 0 || completed == total {
                 stamps.push(tsc_secs(t, droce_dpdk::rdtsc()));
             }
@@ -612,16 +633,20 @@ fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
         }
         Ok(())
     };
+    // work requests reused (post_*_ref: no allocation per message); TSC time stamps
+    let (mut wr, mut rwr) = (request(r, 0, 0, 0), RecvWr::new(0));
+    let mut last = Stall::new(r.o.timeout);
     for i in 0..r.o.iters {
         let q = (i % nq as u64) as usize;
-        let t = Instant::now();
+        let t = droce_dpdk::rdtsc();
         if client {
             data_fill(r, dv, q, i)?;
-            dv.post_send(r.qps[q].h, request(r, q, i, 0))?;
+            request_into(r, q, i, 0, &mut wr);
+            dv.post_send_ref(r.qps[q].h, &wr)?;
             sends_out += 1;
         }
         // wait for the receive of iteration i (and reap send completions on the way)
-        let mut last = Stall::new(r.o.timeout);
+        last.reset();
         loop {
             if dv.progress() {
                 last.reset();
@@ -639,7 +664,7 @@ fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
                     r.check(dv, r.rslot(wq, k) + off, wq, got[wq] * nq as u64 + wq as u64, "message")?;
                 }
                 got[wq] += 1;
-                post_recv(r, dv, wq, k)?;
+                post_recv_with(r, dv, wq, k, &mut rwr)?;
                 recvd = true;
             }
             if recvd {
@@ -651,10 +676,11 @@ fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
         }
         if !client {
             data_fill(r, dv, q, i)?;
-            dv.post_send(r.qps[q].h, request(r, q, i, 0))?;
+            request_into(r, q, i, 0, &mut wr);
+            dv.post_send_ref(r.qps[q].h, &wr)?;
             sends_out += 1;
         } else {
-            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            samples.push(tsc_secs(t, droce_dpdk::rdtsc()) * 1e6 / 2.0);
         }
         while sends_out >= r.tx_slots {
             let wc = dv.wait_wc(r.cq, r.o.timeout, "a send completion")?;
@@ -688,26 +714,31 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
     let mut samples = Vec::with_capacity(r.o.iters as usize);
     let mut out = 0u64;
     let size = r.o.size as usize;
-    let post = |r: &Run, dv: &mut Dev, q: usize, i: u64| -> R<()> {
+    // one work request reused (post_send_ref: no allocation per message)
+    let mut wr = request(r, 0, 0, 0);
+    let post = |r: &Run, dv: &mut Dev, q: usize, i: u64, wr: &mut SendWr| -> R<()> {
         if r.o.verify {
             let p = r.payload(q, i);
             dv.write_mem(r.tslot(q, 0), &p)?;
         } else {
             dv.write_mem(r.tslot(q, 0) + size as u64 - 1, &[marker(i)])?;
         }
-        dv.post_send(r.qps[q].h, request(r, q, 0, 0).tap_id(wrid(q, i)))
+        request_into(r, q, 0, 0, wr);
+        wr.wr_id = wrid(q, i);
+        dv.post_send_ref(r.qps[q].h, wr)
     };
+    let mut last = Stall::new(r.o.timeout);
     for i in 0..r.o.iters {
         let q = (i % nq as u64) as usize;
-        let t = Instant::now();
+        let t = droce_dpdk::rdtsc();
         if client {
-            post(r, dv, q, i)?;
+            post(r, dv, q, i, &mut wr)?;
             out += 1;
         }
         // wait for the peer's WRITE i to land in our slot
         let want = marker(i);
         let at = r.rslot(q, 0) + size as u64 - 1;
-        let mut last = Stall::new(r.o.timeout);
+        last.reset();
         let mut b = [0u8; 1];
         loop {
             if dv.progress() {
@@ -730,9 +761,9 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
             r.check(dv, r.rslot(q, 0), q, i, "WRITE")?;
         }
         if client {
-            samples.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+            samples.push(tsc_secs(t, droce_dpdk::rdtsc()) * 1e6 / 2.0);
         } else {
-            post(r, dv, q, i)?;
+            post(r, dv, q, i, &mut wr)?;
             out += 1;
         }
         while out >= 8 {
@@ -750,16 +781,6 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
         }
     }
     Ok(samples)
-}
-
-trait TapId {
-    fn tap_id(self, id: u64) -> Self;
-}
-impl TapId for SendWr {
-    fn tap_id(mut self, id: u64) -> Self {
-        self.wr_id = id;
-        self
-    }
 }
 
 fn read_atomic_lat(r: &mut Run, dv: &mut Dev) -> R<Vec<f64>> {
