@@ -7,6 +7,7 @@
 //!   put_bw, get (bcopy and zcopy), add_lat, fadd, swap, cswap (64 and 32 bit) over droce_rc,
 //!   am_lat and am_bw over droce_ud; UCP-level tag_lat, tag_bw, ucp_put_bw, ucp_get with
 //!   UCX_TLS=droce_rc,droce_ud;
+//! - droce_ud delivers every active message in order when frames are dropped (DROCE_FAULTS);
 //! - a client whose peer dies ends (RC retries exhausted → error), it does not hang.
 //!
 //! The MPI jobs (MPICH, Open MPI pml ucx) are in tests/mpi.rs (`mod ucx`).
@@ -166,6 +167,23 @@ fn uct_ud_am_lat_and_am_bw() {
     }
     uct("droce_ud", "am_lat", N);
     uct("droce_ud", "am_bw", &format!("{N} -s 512"));
+}
+
+/// droce_ud is reliable: with 3% of the received frames dropped on both sides (DROCE_FAULTS),
+/// a ping-pong and a stream of active messages still complete (lost datagrams are sent again
+/// after the retransmission timeout, duplicates are dropped). Without the reliability layer the
+/// first lost datagram stalls am_lat for good and the pair hits its deadline.
+#[test]
+fn uct_ud_survives_dropped_datagrams() {
+    if !tools() {
+        return;
+    }
+    for (test, extra) in [("am_lat", "-n 400 -w 20"), ("am_bw", "-n 3000 -w 100 -s 512")] {
+        let e = pair_env(&unique("ucxudloss"), &[("DROCE_FAULTS", "rx:drop=0.03;seed=11")]);
+        let dev = "-d droce0 -x droce_ud";
+        let f = perftest(dev, &format!("{dev} -t {test} {extra}"), &e).unwrap_or_else(|m| panic!("droce_ud {test} with 3% loss: {m}"));
+        assert!(f.iters > 0, "{f:?}");
+    }
 }
 
 #[test]

@@ -24,8 +24,9 @@ use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAt
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{AccessFlags, CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, SrqHandle, UdDest, WcFlags};
 use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 /// Bytes of GRH at the head of a UD receive buffer.
 const GRH: usize = 40;
@@ -51,6 +52,23 @@ fn idle_yield() -> u32 {
         None => IDLE_YIELD,
     })
 }
+
+/// droce_ud reliability header at the head of every UD datagram (after the GRH on receive):
+/// sender endpoint key, sequence number, and an acknowledgement riding along (endpoint key of
+/// the receiver's peer endpoint, or [`NO_EP`], and the last in-order sequence number received
+/// from it); four little-endian u32.
+pub const UD_HDR: usize = 16;
+/// No endpoint (an acknowledgement-only datagram carries no sequence number; an operation whose
+/// endpoint is gone only frees its slot).
+const NO_EP: u32 = u32::MAX;
+/// Immediate data of an acknowledgement-only datagram (AM ids are below 256).
+const IMM_UD_ACK: u32 = 0x1ff;
+/// Unacknowledged datagrams are sent again after this long.
+const UD_RTO: Duration = Duration::from_millis(5);
+/// A UD endpoint whose datagrams saw no acknowledgement for this long fails (RC: about 4 s).
+const UD_FAIL_AFTER: Duration = Duration::from_secs(4);
+/// Progress calls between retransmission-timer checks.
+const UD_TIMER_EVERY: u32 = 16;
 
 pub const DEV_ADDR_LEN: usize = 16;
 pub const UD_IFACE_ADDR_LEN: usize = 4;
@@ -231,6 +249,12 @@ struct Op {
     seq: u64,
     comp: usize,
     kind: OpKind,
+    /// UD: the AM id (immediate data) for a retransmission.
+    am: u8,
+    /// UD: a work request of this slot is in the send queue (its local completion is due).
+    posted: bool,
+    /// UD: the peer acknowledged it (it retires at its local completion).
+    acked: bool,
 }
 
 #[derive(Debug)]
@@ -251,6 +275,14 @@ struct Ep {
     fence: bool,
     /// Last known value of the last word an emulated atomic touched: the next compare-swap's guess.
     word_cache: Option<(u64, u64)>,
+    /// UD: this endpoint's key in the reliability header (id | generation << 16).
+    ud_key: u32,
+    /// UD: send slots sent and not yet acknowledged, in sequence order.
+    unacked: VecDeque<u32>,
+    /// UD: when the unacknowledged datagrams are sent again (None: not armed yet).
+    retx_at: Option<Instant>,
+    /// UD: since when the endpoint waits for an acknowledgement that makes progress.
+    last_ack: Option<Instant>,
 }
 
 impl Ep {
@@ -270,6 +302,10 @@ impl Ep {
             dispatching: false,
             fence: false,
             word_cache: None,
+            ud_key: NO_EP,
+            unacked: VecDeque::new(),
+            retx_at: None,
+            last_ack: None,
         }
     }
     fn flushed_below(&self, target: u64) -> bool {
@@ -308,6 +344,19 @@ struct Inner {
     wr_spare: Option<SendWr>,
     /// The receive work request every repost reuses (one SGE).
     rx_wr: RecvWr,
+    /// UD: the gather list of each send slot's datagram (for retransmission).
+    ud_sges: Vec<Vec<droce_transport::verbs::Sge>>,
+    /// UD: next expected sequence number per sending endpoint (source GID, source QPN, key).
+    chans: HashMap<([u8; 16], u32, u32), u32>,
+    /// UD: channels owing an acknowledgement (sent with the next datagram to that peer, or
+    /// alone at the next progress call).
+    ack_due: Vec<([u8; 16], u32, u32)>,
+    /// UD: endpoint generations (the high half of an endpoint key).
+    ep_gen: u16,
+    /// Progress calls (retransmission-timer pacing).
+    tick: u32,
+    /// UD: datagrams sent again (DROCE_UCX_STATS).
+    retransmits: u64,
 }
 
 /// One UCT interface.
@@ -374,6 +423,12 @@ impl Iface {
             ev_spare: Vec::with_capacity(POLL_BUDGET * 2),
             wr_spare: None,
             rx_wr: RecvWr::new(0).with_sge(base, lay.rx_stride as u32, lkey),
+            ud_sges: if kind == Kind::Ud { vec![Vec::new(); lay.tx_count] } else { Vec::new() },
+            chans: HashMap::new(),
+            ack_due: Vec::new(),
+            ep_gen: 0,
+            tick: 0,
+            retransmits: 0,
         };
         match kind {
             Kind::Rc => {
@@ -412,6 +467,9 @@ impl Iface {
         if std::env::var_os("DROCE_UCX_STATS").is_some() {
             let port = h.port_id().0;
             eprintln!("droce {:?} iface closed; device statistics:\n{}", self.kind, droce_dpdk::roce::format_roce_stats(port, &h.dev().stats()));
+            if self.kind == Kind::Ud {
+                eprintln!("droce_ud: {} datagrams sent again", g.retransmits);
+            }
         }
         let d = h.dev().device_mut();
         for ep in g.eps.iter_mut().flatten() {
@@ -477,9 +535,9 @@ impl Iface {
             // Measured 3.8 us am_lat, but UD is unreliable here: reported slower than RC on
             // purpose so that UCP keeps AM and data lanes on droce_rc (wire-up only on UD).
             Kind::Ud => Info {
-                am_max_short: seg,
-                am_max_bcopy: seg,
-                am_max_zcopy: seg.saturating_sub(MAX_HDR),
+                am_max_short: seg - UD_HDR,
+                am_max_bcopy: seg - UD_HDR,
+                am_max_zcopy: seg.saturating_sub(MAX_HDR + UD_HDR),
                 am_max_hdr: MAX_HDR.min(seg / 2),
                 max_iov: MAX_IOV,
                 latency_s: 8e-6,
@@ -533,6 +591,11 @@ impl Iface {
                 ep.connected = true;
             }
         }
+        if self.kind == Kind::Ud && g.free_eps.is_empty() && g.eps.len() >= 0xffff {
+            return Err(UCS_ERR_NO_RESOURCE); // endpoint keys hold a 16-bit id
+        }
+        g.ep_gen = g.ep_gen.wrapping_add(1);
+        let gen = g.ep_gen as u32;
         let id = match g.free_eps.pop() {
             Some(i) => {
                 g.eps[i as usize] = Some(ep);
@@ -543,6 +606,11 @@ impl Iface {
                 (g.eps.len() - 1) as u32
             }
         };
+        if self.kind == Kind::Ud {
+            if let Some(ep) = g.eps[id as usize].as_mut() {
+                ep.ud_key = id | gen << 16;
+            }
+        }
         Ok(id)
     }
 
@@ -556,9 +624,15 @@ impl Iface {
             }
         }
         for slot in 0..g.ops.len() {
-            if g.ops[slot].is_some_and(|o| o.ep == id) {
-                g.ops[slot] = None;
-                g.free_tx.push(slot as u32);
+            if let Some(o) = g.ops[slot].as_mut().filter(|o| o.ep == id) {
+                if o.posted {
+                    // Still in the shared UD send queue: the slot returns at its local completion.
+                    o.ep = NO_EP;
+                    o.comp = 0;
+                } else {
+                    g.ops[slot] = None;
+                    g.free_tx.push(slot as u32);
+                }
             }
         }
         g.pending_rr.retain(|&e| e != id);
@@ -650,15 +724,40 @@ impl Iface {
         };
         wr.wr_id = slot as u64;
         wr.flags = wr.flags | SendFlags::SIGNALED;
+        let am = wr.imm_data as u8;
+        if self.kind == Kind::Ud {
+            // The reliability header in the slot's first UD_HDR bytes (left free by the caller),
+            // with an acknowledgement owed to the same peer riding along.
+            let ep = g.eps[id as usize].as_ref().ok_or(UCS_ERR_INVALID_PARAM)?;
+            let (key, dest) = (ep.ud_key, ep.ud.ok_or(UCS_ERR_IO_ERROR)?);
+            let (ack_ep, ack_seq) = Self::take_ack_for(g, &dest.av.dgid.0, dest.remote_qpn.value());
+            let mut hb = [0u8; UD_HDR];
+            for (i, v) in [key, seq as u32, ack_ep, ack_seq].into_iter().enumerate() {
+                hb[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            if h.dev().write_mem(Self::tx_addr(g, slot), &hb).is_err() {
+                g.free_tx.push(slot);
+                g.wr_spare = Some(wr);
+                return Err(UCS_ERR_IO_ERROR);
+            }
+            let v = &mut g.ud_sges[slot as usize];
+            v.clear();
+            v.extend_from_slice(&wr.sg_list);
+        }
         let r = h.dev().device_mut().post_send_ref(qp, &wr);
         g.wr_spare = Some(wr);
         match r {
             Ok(()) => {
+                let ud = self.kind == Kind::Ud;
                 let ep = g.eps[id as usize].as_mut().ok_or(UCS_ERR_INVALID_PARAM)?;
                 ep.fence = false;
                 ep.next_seq += 1;
                 ep.inflight.insert(seq);
-                g.ops[slot as usize] = Some(Op { ep: id, seq, comp, kind });
+                if ud {
+                    // the timer check arms the retransmission (no clock read here)
+                    ep.unacked.push_back(slot);
+                }
+                g.ops[slot as usize] = Some(Op { ep: id, seq, comp, kind, am, posted: true, acked: false });
                 if g.free_tx.len() + 1 == g.lay.tx_count {
                     // The only operation in flight (latency-bound: a ping-pong, a lone put):
                     // put it on the wire now rather than at the next progress call. With more
@@ -692,7 +791,9 @@ impl Iface {
     /// zcopy segments are posted as SGEs after the header.
     pub fn am_send(&self, id: u32, am_id: u8, hdr: &[u8], segs: &[Seg], comp: usize) -> Result<(), Status> {
         let mut g = lock(&self.inner);
-        let total = hdr.len() + segs.iter().map(Seg::len).sum::<usize>();
+        // UD: the reliability header goes first (post() writes it).
+        let skip = if self.kind == Kind::Ud { UD_HDR } else { 0 };
+        let total = skip + hdr.len() + segs.iter().map(Seg::len).sum::<usize>();
         let zcopy = segs.iter().any(|s| matches!(s, Seg::Zcopy { .. }));
         let limit = if zcopy { g.lay.seg } else { g.lay.seg.min(g.lay.tx_stride) };
         if total > limit || (zcopy && hdr.len() > MAX_HDR) || segs.len() > MAX_IOV {
@@ -704,9 +805,9 @@ impl Iface {
             let base = Self::tx_addr(&g, slot);
             let mut wr = Self::new_wr(&mut g, SendOpcode::SendImm).with_imm(am_id as u32);
             if zcopy {
-                if !hdr.is_empty() {
-                    h.dev().write_mem(base, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
-                    wr = wr.with_sge(base, hdr.len() as u32, g.lkey);
+                if !hdr.is_empty() || skip > 0 {
+                    h.dev().write_mem(base + skip as u64, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
+                    wr = wr.with_sge(base, (skip + hdr.len()) as u32, g.lkey);
                 }
                 for s in segs {
                     match *s {
@@ -715,8 +816,8 @@ impl Iface {
                     }
                 }
             } else {
-                h.dev().write_mem(base, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
-                let n = Self::copy_in(&g, &mut h, slot, hdr.len(), segs)?;
+                h.dev().write_mem(base + skip as u64, hdr).map_err(|_| UCS_ERR_IO_ERROR)?;
+                let n = Self::copy_in(&g, &mut h, slot, skip + hdr.len(), segs)?;
                 wr = wr.with_sge(base, n as u32, g.lkey);
             }
             Ok(wr)
@@ -734,12 +835,14 @@ impl Iface {
     pub fn bcopy_reserve(&self, id: u32) -> Result<(u32, u64, usize), Status> {
         let mut g = lock(&self.inner);
         let slot = Self::reserve(&mut g, id)?;
-        Ok((slot, Self::tx_addr(&g, slot), g.lay.seg))
+        let skip = if self.kind == Kind::Ud { UD_HDR } else { 0 };
+        Ok((slot, Self::tx_addr(&g, slot) + skip as u64, g.lay.seg - skip))
     }
 
     /// bcopy step 2: post the packed slot (`am_id` Some: AM; None: RDMA WRITE to `remote`).
     pub fn bcopy_post(&self, id: u32, slot: u32, len: usize, am_id: Option<u8>, remote: Option<(u64, Rkey)>) -> Result<(), Status> {
         let mut g = lock(&self.inner);
+        let len = len + if self.kind == Kind::Ud { UD_HDR } else { 0 };
         if len > g.lay.seg {
             g.free_tx.push(slot);
             return Err(UCS_ERR_EXCEEDS_LIMIT);
@@ -1011,6 +1114,17 @@ impl Iface {
         }
         let mut ev = std::mem::take(&mut g.ev_spare);
         let mut h = lock(self.host);
+        if self.kind == Kind::Ud {
+            // Acknowledgements that found no datagram to ride on since the last call, then due
+            // retransmissions; both leave with this call's device poll.
+            if !g.ack_due.is_empty() {
+                self.ud_send_acks(&mut g, &mut h);
+            }
+            g.tick = g.tick.wrapping_add(1);
+            if g.tick % UD_TIMER_EVERY == 0 && g.eps.iter().flatten().any(|e| !e.unacked.is_empty() && e.failed.is_none()) {
+                self.ud_timers(&mut g, &mut h, &mut ev);
+            }
+        }
         // The device every call; the CM agent (unused by UCX) only now and then.
         let busy = h.progress_datapath();
         for _ in 0..POLL_BUDGET {
@@ -1062,13 +1176,223 @@ impl Iface {
         if wc.status != WcStatus::Success {
             return; // flushed at destroy
         }
-        let skip = if self.kind == Kind::Ud { GRH } else { 0 };
-        if !wc.wc_flags.contains(WcFlags::WITH_IMM) || (wc.byte_len as usize) < skip || wc.imm_data > 0xff {
+        let skip = if self.kind == Kind::Ud { GRH + UD_HDR } else { 0 };
+        let imm = wc.wc_flags.contains(WcFlags::WITH_IMM).then_some(wc.imm_data);
+        if (wc.byte_len as usize) < skip || !imm.is_some_and(|i| i <= 0xff || (self.kind == Kind::Ud && i == IMM_UD_ACK)) {
             // not a droce AM: repost the buffer
             let _ = self.post_rx(g, h, slot);
             return;
         }
+        if self.kind == Kind::Ud && !self.ud_rx(g, h, wc, slot, ev) {
+            let _ = self.post_rx(g, h, slot);
+            return;
+        }
         ev.push(Event::Am { id: wc.imm_data as u8, addr: Self::rx_addr(g, slot) + skip as u64, len: wc.byte_len as usize - skip, slot });
+    }
+
+    // ------------------------------------------------------------------ UD reliability
+    //
+    // Every UD datagram starts with [`UD_HDR`]: (sender endpoint key, sequence number,
+    // acknowledged endpoint key, acknowledged sequence number). A receiver delivers a sender
+    // endpoint's datagrams in sequence order only (a gap or a duplicate is dropped) and owes it a
+    // cumulative acknowledgement, which rides on the next datagram to that peer or goes alone at
+    // the next progress call. A sender keeps every datagram in its send slot until acknowledged
+    // and sends the unacknowledged ones again (go-back-N) after [`UD_RTO`]; with no
+    // acknowledgement for [`UD_FAIL_AFTER`] the endpoint fails like an RC one.
+
+    /// A UD receive: apply the acknowledgement it carries; true if it is the next datagram of
+    /// its channel (deliver it), false to drop it (acknowledgement only, duplicate, gap).
+    fn ud_rx(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, slot: u32, ev: &mut Vec<Event>) -> bool {
+        let base = Self::rx_addr(g, slot);
+        let mut grh = [0u8; GRH + UD_HDR];
+        if h.dev().read_mem(base, &mut grh).is_err() {
+            return false;
+        }
+        let w = |i: usize| u32::from_le_bytes([grh[GRH + i * 4], grh[GRH + i * 4 + 1], grh[GRH + i * 4 + 2], grh[GRH + i * 4 + 3]]);
+        let (src_ep, seq, ack_ep, ack_seq) = (w(0), w(1), w(2), w(3));
+        if ack_ep != NO_EP {
+            self.ud_acked(g, ack_ep, ack_seq, ev);
+        }
+        if wc.imm_data == IMM_UD_ACK {
+            return false;
+        }
+        let Some(gid) = grh_source(&grh[..GRH]) else { return false };
+        let key = (gid, wc.src_qp.value(), src_ep);
+        let exp = g.chans.entry(key).or_insert(0);
+        let next = seq == *exp;
+        if next {
+            *exp = exp.wrapping_add(1);
+        }
+        if !g.ack_due.contains(&key) {
+            g.ack_due.push(key);
+        }
+        crate::trace!("ud rx from ep {src_ep:#x} seq {seq} ack {ack_ep:#x}/{ack_seq} -> {}", if next { "deliver" } else { "drop" });
+        next
+    }
+
+    /// The acknowledgement owed to a channel of the peer (GID, QPN), if any: (its endpoint key,
+    /// last in-order sequence number), else (NO_EP, 0).
+    fn take_ack_for(g: &mut Inner, gid: &[u8; 16], qpn: u32) -> (u32, u32) {
+        match g.ack_due.iter().position(|k| &k.0 == gid && k.1 == qpn) {
+            Some(i) => {
+                let k = g.ack_due.swap_remove(i);
+                (k.2, g.chans.get(&k).map_or(0, |e| e.wrapping_sub(1)))
+            }
+            None => (NO_EP, 0),
+        }
+    }
+
+    /// The peer received every datagram of endpoint `key` up to `ack_seq`.
+    fn ud_acked(&self, g: &mut Inner, key: u32, ack_seq: u32, ev: &mut Vec<Event>) {
+        let id = (key & 0xffff) as usize;
+        if !g.eps.get(id).and_then(Option::as_ref).is_some_and(|e| e.ud_key == key) {
+            return; // an endpoint gone since
+        }
+        let mut progressed = false;
+        loop {
+            let Some(&slot) = g.eps[id].as_ref().and_then(|e| e.unacked.front()) else { break };
+            let Some(op) = g.ops[slot as usize].as_mut() else {
+                g.eps[id].as_mut().map(|e| e.unacked.pop_front());
+                continue;
+            };
+            // wrapping comparison: seq <= ack_seq
+            if (ack_seq.wrapping_sub(op.seq as u32) as i32) < 0 {
+                break;
+            }
+            g.eps[id].as_mut().map(|e| e.unacked.pop_front());
+            progressed = true;
+            if op.posted {
+                op.acked = true; // retires at its local completion
+            } else if let Some(op) = g.ops[slot as usize].take() {
+                Self::retire(g, slot, op, UCS_OK, true, ev);
+            }
+        }
+        if progressed {
+            // the next timer check re-arms from scratch (no clock read on this path)
+            if let Some(e) = g.eps[id].as_mut() {
+                e.last_ack = None;
+                e.retx_at = None;
+            }
+        }
+    }
+
+    /// Acknowledgement-only datagrams for the channels still owed one (send slots permitting).
+    fn ud_send_acks(&self, g: &mut Inner, h: &mut Host) {
+        while let Some(&key) = g.ack_due.last() {
+            let Some(qp) = g.ud_qp else { return };
+            let Some(slot) = g.free_tx.pop() else { return };
+            g.ack_due.pop();
+            let ack = g.chans.get(&key).map_or(0, |e| e.wrapping_sub(1));
+            let mut hb = [0u8; UD_HDR];
+            for (i, v) in [NO_EP, 0, key.2, ack].into_iter().enumerate() {
+                hb[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            let addr = Self::tx_addr(g, slot);
+            let av = droce_transport::verbs::AddressVector { dgid: Gid(key.0), sgid_index: g.sgid_index, hop_limit: 64, ..Default::default() };
+            let dest = UdDest { av, remote_qpn: Qpn::new(key.1), remote_qkey: UD_QKEY };
+            let mut wr = Self::new_wr(g, SendOpcode::SendImm).with_imm(IMM_UD_ACK).with_sge(addr, UD_HDR as u32, g.lkey).with_ud(dest);
+            wr.wr_id = slot as u64;
+            let ok = h.dev().write_mem(addr, &hb).is_ok() && h.dev().device_mut().post_send_ref(qp, &wr).is_ok();
+            g.wr_spare = Some(wr);
+            if ok {
+                g.ops[slot as usize] = Some(Op { ep: NO_EP, seq: 0, comp: 0, kind: OpKind::Plain, am: 0, posted: true, acked: true });
+            } else {
+                g.free_tx.push(slot);
+                return;
+            }
+        }
+    }
+
+    /// Send unacknowledged datagrams again where due; fail endpoints that saw no
+    /// acknowledgement for UD_FAIL_AFTER.
+    fn ud_timers(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>) {
+        let Some(qp) = g.ud_qp else { return };
+        let now = Instant::now();
+        for id in 0..g.eps.len() {
+            let Some(e) = g.eps[id].as_mut() else { continue };
+            if e.failed.is_some() || e.unacked.is_empty() {
+                continue;
+            }
+            if e.retx_at.is_none() {
+                // armed at the first check that sees unacknowledged datagrams
+                e.retx_at = Some(now + UD_RTO);
+                e.last_ack.get_or_insert(now);
+                continue;
+            }
+            if !e.retx_at.is_some_and(|t| t <= now) {
+                continue;
+            }
+            let (dest, last) = (e.ud, e.last_ack);
+            if last.is_some_and(|t| now.duration_since(t) >= UD_FAIL_AFTER) {
+                let e = g.eps[id].as_mut().expect("checked above");
+                e.failed = Some(UCS_ERR_ENDPOINT_TIMEOUT);
+                e.retx_at = None;
+                ev.push(Event::EpFailed { ep_c: e.c, status: UCS_ERR_ENDPOINT_TIMEOUT });
+                let slots: Vec<u32> = e.unacked.drain(..).collect();
+                for slot in slots {
+                    match g.ops[slot as usize].as_mut() {
+                        Some(op) if op.posted => op.acked = true,
+                        Some(_) => {
+                            if let Some(op) = g.ops[slot as usize].take() {
+                                Self::retire(g, slot, op, UCS_ERR_ENDPOINT_TIMEOUT, true, ev);
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                continue;
+            }
+            let Some(dest) = dest else { continue };
+            let slots: Vec<u32> = g.eps[id].as_ref().map(|e| e.unacked.iter().copied().collect()).unwrap_or_default();
+            for slot in slots {
+                let Some(op) = g.ops[slot as usize] else { continue };
+                if op.posted {
+                    continue; // the last copy is still queued
+                }
+                let mut wr = Self::new_wr(g, SendOpcode::SendImm).with_imm(op.am as u32).with_ud(dest);
+                wr.sg_list.extend_from_slice(&g.ud_sges[slot as usize]);
+                wr.wr_id = slot as u64;
+                let ok = h.dev().device_mut().post_send_ref(qp, &wr).is_ok();
+                g.wr_spare = Some(wr);
+                if !ok {
+                    break; // send queue full: the next timer round
+                }
+                g.retransmits += 1;
+                if let Some(o) = g.ops[slot as usize].as_mut() {
+                    o.posted = true;
+                }
+            }
+            if let Some(e) = g.eps[id].as_mut() {
+                e.retx_at = Some(now + UD_RTO);
+            }
+        }
+    }
+
+    /// An operation is over: its completion, its slot (`free`), its endpoint's flush waiters.
+    fn retire(g: &mut Inner, slot: u32, op: Op, status: Status, free: bool, ev: &mut Vec<Event>) {
+        if op.comp != 0 {
+            ev.push(Event::Complete { comp: op.comp, status });
+        }
+        if free {
+            g.free_tx.push(slot);
+        }
+        if op.ep == NO_EP {
+            return;
+        }
+        if let Some(ep) = g.eps[op.ep as usize].as_mut() {
+            ep.inflight.remove(&op.seq);
+            if !ep.waiters.is_empty() {
+                let mut i = 0;
+                while i < ep.waiters.len() {
+                    if ep.flushed_below(ep.waiters[i].0) {
+                        let (_, comp) = ep.waiters.swap_remove(i);
+                        ev.push(Event::Complete { comp, status: ep.failed.unwrap_or(UCS_OK) });
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
     }
 
     fn tx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
@@ -1076,6 +1400,27 @@ impl Iface {
         crate::trace!("{:?} tx completion slot {slot} {:?} {:?}", self.kind, wc.opcode, wc.status);
         let Some(mut op) = g.ops.get_mut(slot as usize).and_then(Option::take) else { return };
         let status = from_wc(wc.status);
+        if op.ep == NO_EP {
+            // an acknowledgement-only datagram, or an operation of a destroyed endpoint
+            g.free_tx.push(slot);
+            return;
+        }
+        if self.kind == Kind::Ud && status == UCS_OK {
+            // Sent; it is over once the peer acknowledged it too.
+            op.posted = false;
+            if op.acked {
+                let st = g.eps[op.ep as usize].as_ref().and_then(|e| e.failed).unwrap_or(UCS_OK);
+                Self::retire(g, slot, op, st, true, ev);
+            } else {
+                g.ops[slot as usize] = Some(op);
+            }
+            return;
+        }
+        if self.kind == Kind::Ud {
+            if let Some(ep) = g.eps[op.ep as usize].as_mut() {
+                ep.unacked.retain(|&s| s != slot);
+            }
+        }
         let mut free_slot = true;
         if status != UCS_OK {
             if let Some(ep) = g.eps[op.ep as usize].as_mut() {
@@ -1141,23 +1486,8 @@ impl Iface {
                 }
             }
         }
-        if free_slot {
-            g.free_tx.push(slot);
-        }
-        if let Some(ep) = g.eps[op.ep as usize].as_mut() {
-            ep.inflight.remove(&op.seq);
-            if !ep.waiters.is_empty() {
-                let mut i = 0;
-                while i < ep.waiters.len() {
-                    if ep.flushed_below(ep.waiters[i].0) {
-                        let (_, comp) = ep.waiters.swap_remove(i);
-                        ev.push(Event::Complete { comp, status: ep.failed.unwrap_or(UCS_OK) });
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
-        }
+        op.comp = 0; // completed above
+        Self::retire(g, slot, op, status, free_slot, ev);
     }
 
     /// After the events ran: repost receive slots, free GET bcopy slots; keeps the buffer.
@@ -1182,6 +1512,24 @@ impl Iface {
             events.clear();
             g.ev_spare = events;
         }
+    }
+}
+
+/// The source GID of a UD receive's 40-byte GRH area: an IPv6 header, or (RoCEv2 over IPv4,
+/// as rxe lays it out) an IPv4 header in its last 20 bytes.
+fn grh_source(grh: &[u8]) -> Option<[u8; 16]> {
+    if grh.len() < GRH {
+        return None;
+    }
+    if grh[0] >> 4 == 6 {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&grh[8..24]);
+        Some(a)
+    } else if grh[20] >> 4 == 4 {
+        let s = &grh[32..36];
+        Some(Gid::from_ipv4(std::net::Ipv4Addr::new(s[0], s[1], s[2], s[3])).0)
+    } else {
+        None
     }
 }
 
