@@ -9,15 +9,16 @@
 use crate::addr::{self, EpAddr, Local};
 use crate::ffi::sys as fi;
 use crate::info::{self, EpType};
-use crate::queue::{CqEntry, CqError, Queue, Read2, Signal, ADDR_NOTAVAIL};
+use crate::queue::{CqEntry, CqError, Queue, Signal, ADDR_NOTAVAIL};
 use droce_dpdk::host::Host;
 use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams};
 use droce_dpdk::roce::RoceDevice;
 use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
-use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, UdDest, WcFlags, WorkCompletion};
+use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcFlags, WorkCompletion};
 use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -82,7 +83,18 @@ trait StatusName {
 }
 impl StatusName for WcStatus {
     fn name(self) -> &'static str {
-        "work completion error"
+        match self {
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::MwBindErr => "memory window bind error",
+            WcStatus::BadRespErr => "bad response (unexpected transport opcode or length from the peer)",
+            WcStatus::LocRddViolErr => "local RDD violation",
+            WcStatus::RemAbortErr => "remote aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::GeneralErr => "general error",
+            _ => "work completion error",
+        }
     }
 }
 
@@ -271,11 +283,70 @@ pub struct Seg {
     pub lkey: Lkey,
 }
 
+/// The gather/scatter list of one request, on the stack (at most `IOV_LIMIT` elements):
+/// a post allocates nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Segs {
+    n: usize,
+    s: [Seg; info::IOV_LIMIT as usize],
+}
+
+impl Default for Segs {
+    fn default() -> Self {
+        Segs { n: 0, s: [Seg { addr: 0, len: 0, lkey: Lkey(0) }; info::IOV_LIMIT as usize] }
+    }
+}
+
+impl Segs {
+    pub fn one(s: Seg) -> Segs {
+        let mut v = Segs::default();
+        v.s[0] = s;
+        v.n = 1;
+        v
+    }
+    /// Appends one element; `FI_EINVAL` beyond `IOV_LIMIT`.
+    pub fn push(&mut self, s: Seg) -> Result<(), Errno> {
+        let slot = self.s.get_mut(self.n).ok_or(fi::FI_EINVAL)?;
+        *slot = s;
+        self.n += 1;
+        Ok(())
+    }
+    pub fn as_slice(&self) -> &[Seg] {
+        &self.s[..self.n]
+    }
+}
+
+/// Hasher of the op table: work request ids are distinct sequential integers, so a
+/// multiplicative mix is enough (SipHash per post and per completion showed up in profiles).
+#[derive(Default)]
+pub struct WrHasher(u64);
+
+impl Hasher for WrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+pub type OpMap = HashMap<u64, Op, BuildHasherDefault<WrHasher>>;
+/// Object tables keyed by the provider's small sequential ids (same cheap hasher).
+pub type IdMap<V> = HashMap<Id, V, BuildHasherDefault<WrHasher>>;
+
 /// A send-side request.
 #[derive(Debug, Clone)]
 pub struct SendReq {
     pub opcode: SendOpcode,
-    pub segs: Vec<Seg>,
+    pub segs: Segs,
     /// Copied at post time (fi_inject and small sends): the buffer is free on return.
     pub inline: bool,
     pub imm: Option<u32>,
@@ -293,13 +364,13 @@ pub struct Engine {
     pub discard_cq: CqHandle,
     next_id: Id,
     next_wr: u64,
-    pub cqs: HashMap<Id, Cq>,
-    pub eqs: HashMap<Id, Queue<EqEvent, EqError>>,
-    pub cntrs: HashMap<Id, Cntr>,
-    pub avs: HashMap<Id, Av>,
-    pub eps: HashMap<Id, Ep>,
-    pub peps: HashMap<Id, Pep>,
-    pub ops: HashMap<u64, Op>,
+    pub cqs: IdMap<Cq>,
+    pub eqs: IdMap<Queue<EqEvent, EqError>>,
+    pub cntrs: IdMap<Cntr>,
+    pub avs: IdMap<Av>,
+    pub eps: IdMap<Ep>,
+    pub peps: IdMap<Pep>,
+    pub ops: OpMap,
     pub mrs: BTreeMap<u64, Vec<Mr>>,
     conns: HashMap<ConnId, Id>,
     /// rdma_cm port → passive endpoint
@@ -314,6 +385,13 @@ pub struct Engine {
     pub auto_progress: bool,
     /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
     idle_steps: u32,
+    /// Reused per post (the transport copies the gather list): no allocation per operation.
+    swr: SendWr,
+    rwr: RecvWr,
+    /// Work completions of one progress step (reused).
+    wcs: Vec<(Option<Id>, WorkCompletion)>,
+    /// Device CQs to poll: (provider CQ id, device CQ), rebuilt when a CQ opens or closes.
+    cq_list: Vec<(Option<Id>, CqHandle)>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -355,13 +433,13 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             discard_cq,
             next_id: 1,
             next_wr: 1,
-            cqs: HashMap::new(),
-            eqs: HashMap::new(),
-            cntrs: HashMap::new(),
-            avs: HashMap::new(),
-            eps: HashMap::new(),
-            peps: HashMap::new(),
-            ops: HashMap::new(),
+            cqs: IdMap::default(),
+            eqs: IdMap::default(),
+            cntrs: IdMap::default(),
+            avs: IdMap::default(),
+            eps: IdMap::default(),
+            peps: IdMap::default(),
+            ops: OpMap::default(),
             mrs: BTreeMap::new(),
             conns: HashMap::new(),
             listeners: HashMap::new(),
@@ -370,6 +448,10 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             bounce: None,
             auto_progress: false,
             idle_steps: 0,
+            swr: SendWr::new(0, SendOpcode::Send),
+            rwr: RecvWr::new(0),
+            wcs: Vec::with_capacity(64),
+            cq_list: vec![(None, discard_cq)],
         };
         init(&mut e);
         Ok(Mutex::new(e))
@@ -409,6 +491,7 @@ impl Engine {
         }
         let id = self.fresh_id();
         self.cqs.insert(id, Cq { dev: Some(dev), q });
+        self.rebuild_cq_list();
         Ok(id)
     }
 
@@ -421,7 +504,14 @@ impl Engine {
                 let _ = self.host().dev().device_mut().destroy_cq(d);
             }
         }
+        self.rebuild_cq_list();
         Ok(())
+    }
+
+    fn rebuild_cq_list(&mut self) {
+        self.cq_list.clear();
+        self.cq_list.extend(self.cqs.iter().filter_map(|(id, c)| c.dev.map(|d| (Some(*id), d))));
+        self.cq_list.push((None, self.discard_cq));
     }
 
     pub fn open_eq(&mut self, want_fd: bool) -> Result<Id, Errno> {
@@ -734,24 +824,20 @@ impl Engine {
             None
         };
         let wr_id = self.wr_id();
-        let mut wr = SendWr::new(wr_id, r.opcode);
-        for s in &r.segs {
-            wr = wr.with_sge(s.addr, s.len as u32, s.lkey);
+        let wr = &mut self.swr;
+        wr.wr_id = wr_id;
+        wr.opcode = r.opcode;
+        wr.sg_list.clear();
+        for s in r.segs.as_slice() {
+            wr.sg_list.push(Sge { addr: s.addr, length: s.len as u32, lkey: s.lkey });
         }
-        let mut flags = SendFlags::SIGNALED;
-        if r.inline {
-            flags = flags | SendFlags::INLINE;
-        }
-        wr = wr.with_flags(flags);
-        if let Some(i) = r.imm {
-            wr = wr.with_imm(i);
-        }
-        if let Some((va, rkey)) = r.remote {
-            wr = wr.with_remote(va, rkey);
-        }
-        if r.opcode.is_atomic() {
-            wr = wr.with_atomic(r.atomic.0, r.atomic.1);
-        }
+        wr.flags = if r.inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
+        wr.imm_data = r.imm.unwrap_or(0);
+        let (va, rkey) = r.remote.unwrap_or((0, Rkey(0)));
+        wr.remote_addr = va;
+        wr.rkey = rkey;
+        (wr.compare_add, wr.swap) = if r.opcode.is_atomic() { r.atomic } else { (0, 0) };
+        wr.ud = None;
         let mut h = self.host();
         if let Some((d, qpn)) = ud {
             let dev = h.dev();
@@ -759,9 +845,9 @@ impl Engine {
             let gid = gid_of(ip);
             let sgid = dev.gid_index(&gid_of(self.local.ip)).unwrap_or(1);
             let av = dev.av(gid, sgid);
-            wr = wr.with_ud(UdDest { av, remote_qpn: Qpn::new(qpn), remote_qkey: QKey(UD_QKEY) });
+            self.swr.ud = Some(UdDest { av, remote_qpn: Qpn::new(qpn), remote_qkey: QKey(UD_QKEY) });
         }
-        h.dev().device_mut().post_send(qp, wr).map_err(|e| {
+        h.dev().device_mut().post_send_ref(qp, &self.swr).map_err(|e| {
             use droce_transport::device::PostSendError as P;
             match e {
                 P::QueueFull => fi::FI_EAGAIN,
@@ -785,11 +871,12 @@ impl Engine {
         let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
         let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
         let wr_id = self.wr_id();
-        let mut wr = RecvWr::new(wr_id);
+        self.rwr.wr_id = wr_id;
+        self.rwr.sg_list.clear();
         for s in segs {
-            wr = wr.with_sge(s.addr, s.len as u32, s.lkey);
+            self.rwr.sg_list.push(Sge { addr: s.addr, length: s.len as u32, lkey: s.lkey });
         }
-        self.host().dev().device_mut().post_recv(qp, wr).map_err(|e| {
+        self.host().dev().device_mut().post_recv_ref(qp, &self.rwr).map_err(|e| {
             use droce_transport::device::PostRecvError as P;
             match e {
                 P::QueueFull => fi::FI_EAGAIN,
@@ -806,27 +893,29 @@ impl Engine {
 
     // ------------------------------------------------------------------ progress
 
-    /// One progress step: the device and CM agent run, CM events and work completions are
-    /// turned into EQ events and CQ entries. Returns whether anything happened.
+    /// One full progress step (EQ reads, trywait, the progress thread): the device and the CM
+    /// agent run until idle (bounded), CM events and work completions are turned into EQ
+    /// events and CQ entries. Returns whether anything happened.
     pub fn progress(&mut self) -> bool {
+        self.step(true)
+    }
+
+    /// The datapath step of CQ and counter reads: the device every call, the CM agent only
+    /// every `CM_POLL_EVERY`-th call (it answers MADs and runs its timers a few calls late;
+    /// connection setup is driven by EQ reads, which poll it every time), and it returns as
+    /// soon as work completions are there (frames a round queued for the next, e.g. ACKs,
+    /// leave at the next call or post).
+    pub fn progress_datapath(&mut self) -> bool {
+        self.step(false)
+    }
+
+    fn step(&mut self, full: bool) -> bool {
         let mut h = self.host();
         // A round can queue frames for the next one (the RTU after a REP, ACKs): run until
         // idle, bounded, so nothing waits for the application's next call.
         let mut work = false;
-        for _ in 0..8 {
-            if !h.progress() {
-                break;
-            }
-            work = true;
-        }
-        let mut events = Vec::new();
-        {
-            let (cm, _) = h.cm_and_dev();
-            while let Some(e) = cm.poll_event() {
-                events.push(e);
-            }
-        }
-        let mut wcs: Vec<(Option<Id>, WorkCompletion)> = Vec::new();
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
         let mut buf = [WorkCompletion {
             wr_id: 0,
             status: WcStatus::Success,
@@ -837,27 +926,41 @@ impl Engine {
             src_qp: Qpn::new(0),
             wc_flags: WcFlags::default(),
             pkey_index: 0,
-        }; 32];
-        let mut cq_list: Vec<(Option<Id>, CqHandle)> = self.cqs.iter().filter_map(|(id, c)| c.dev.map(|d| (Some(*id), d))).collect();
-        cq_list.push((None, self.discard_cq));
-        for (id, d) in cq_list {
-            for _ in 0..64 {
-                let n = h.dev().device_mut().poll_cq(d, &mut buf).unwrap_or(0);
-                wcs.extend(buf[..n].iter().map(|w| (id, *w)));
-                if n < buf.len() {
-                    break;
+        }; 16];
+        for _ in 0..8 {
+            let w = if full { h.progress() } else { h.progress_datapath() };
+            work |= w;
+            for &(id, d) in &self.cq_list {
+                for _ in 0..256 {
+                    let n = h.dev().device_mut().poll_cq(d, &mut buf).unwrap_or(0);
+                    wcs.extend(buf[..n].iter().map(|w| (id, *w)));
+                    if n < buf.len() {
+                        break;
+                    }
                 }
+            }
+            if !w || (!full && !wcs.is_empty()) {
+                break;
+            }
+        }
+        let mut events = Vec::new();
+        {
+            let (cm, _) = h.cm_and_dev();
+            while let Some(e) = cm.poll_event() {
+                events.push(e);
             }
         }
         // UD receives: the sender's address is in the GRH the device wrote.
         let mut grh_src: HashMap<u64, IpAddr> = HashMap::new();
-        for (_, wc) in &wcs {
-            if let Some(op) = self.ops.get(&wc.wr_id) {
-                if op.kind == OpKind::Recv && wc.status == WcStatus::Success && self.eps.get(&op.ep).is_some_and(|e| e.ty == EpType::Dgram) {
-                    let mut g = [0u8; 40];
-                    if h.dev().read_mem(op.grh_addr(), &mut g).is_ok() {
-                        if let Some(ip) = grh_source(&g) {
-                            grh_src.insert(wc.wr_id, ip);
+        if !wcs.is_empty() && self.eps.values().any(|e| e.ty == EpType::Dgram) {
+            for (_, wc) in &wcs {
+                if let Some(op) = self.ops.get(&wc.wr_id) {
+                    if op.kind == OpKind::Recv && wc.status == WcStatus::Success && self.eps.get(&op.ep).is_some_and(|e| e.ty == EpType::Dgram) {
+                        let mut g = [0u8; 40];
+                        if h.dev().read_mem(op.grh_addr(), &mut g).is_ok() {
+                            if let Some(ip) = grh_source(&g) {
+                                grh_src.insert(wc.wr_id, ip);
+                            }
                         }
                     }
                 }
@@ -868,9 +971,10 @@ impl Engine {
         for e in events {
             self.cm_event(e);
         }
-        for (cq, wc) in wcs {
+        for &(cq, wc) in &wcs {
             self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());
         }
+        self.wcs = wcs;
         self.idle_steps = if work { 0 } else { self.idle_steps.saturating_add(1) };
         work
     }
@@ -1026,13 +1130,27 @@ impl Engine {
         }
     }
 
-    pub fn cq_read(&mut self, id: Id, max: usize) -> Result<Vec<CqEntry>, Errno> {
-        self.progress();
+    /// Up to `max` entries of CQ `id`, each handed to `out(index, entry)`; progresses only
+    /// when the queue is empty. The number read, `FI_EAVAIL` (an error entry is first) or
+    /// `FI_EAGAIN`.
+    pub fn cq_read_with(&mut self, id: Id, max: usize, mut out: impl FnMut(usize, &CqEntry)) -> Result<usize, Errno> {
+        if self.cqs.get(&id).ok_or(fi::FI_EINVAL)?.q.is_empty() {
+            self.progress_datapath();
+        }
         let cq = self.cqs.get_mut(&id).ok_or(fi::FI_EINVAL)?;
-        match cq.q.read(max) {
-            Read2::Entries(v) => Ok(v),
-            Read2::ErrorPending => Err(fi::FI_EAVAIL),
-            Read2::Empty => Err(fi::FI_EAGAIN),
+        if cq.q.has_error() {
+            return Err(fi::FI_EAVAIL);
+        }
+        let mut n = 0;
+        while n < max {
+            let Some(c) = cq.q.pop() else { break };
+            out(n, &c);
+            n += 1;
+        }
+        if n == 0 {
+            Err(fi::FI_EAGAIN)
+        } else {
+            Ok(n)
         }
     }
 }
@@ -1118,6 +1236,29 @@ mod tests {
         g6[8..24].copy_from_slice(&"fd00::7".parse::<std::net::Ipv6Addr>().unwrap().octets());
         assert_eq!(grh_source(&g6), Some("fd00::7".parse().unwrap()));
         assert_eq!(grh_source(&[0u8; 40]), None);
+    }
+
+    #[test]
+    fn segs_hold_up_to_the_iov_limit() {
+        let mut v = Segs::default();
+        for i in 0..info::IOV_LIMIT {
+            v.push(Seg { addr: i, len: 1, lkey: Lkey(7) }).unwrap();
+        }
+        assert_eq!(v.push(Seg { addr: 99, len: 1, lkey: Lkey(7) }), Err(fi::FI_EINVAL));
+        assert_eq!(v.as_slice().len(), info::IOV_LIMIT as usize);
+        assert_eq!(v.as_slice()[3].addr, 3);
+        assert_eq!(Segs::one(Seg { addr: 5, len: 2, lkey: Lkey(1) }).as_slice().len(), 1);
+    }
+
+    #[test]
+    fn op_table_keeps_sequential_ids_apart() {
+        let mut m = OpMap::default();
+        for i in 1..=2000u64 {
+            m.insert(i, Op { ep: i as Id, kind: OpKind::Send, context: i as usize, flags: 0, buf: 0, len: 0, report: true, tmp_mrs: Vec::new(), bounce: None });
+        }
+        assert_eq!(m.len(), 2000);
+        assert!((1..=2000u64).all(|i| m.get(&i).is_some_and(|o| o.context == i as usize)));
+        assert!(m.remove(&1000).is_some() && m.get(&1000).is_none() && m.get(&1001).is_some());
     }
 
     #[test]

@@ -120,6 +120,14 @@ impl<E, X> Queue<E, X> {
         self.settle();
         Read2::Entries(v)
     }
+    /// The first ready entry (errors are not looked at: check [`Queue::has_error`] first).
+    pub fn pop(&mut self) -> Option<E> {
+        let e = self.ready.pop_front();
+        if e.is_some() {
+            self.settle();
+        }
+        e
+    }
     /// Looks at the next entry without taking it (EQ peek).
     pub fn peek(&self) -> Option<&E> {
         self.ready.front()

@@ -397,23 +397,21 @@ unsafe extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -
     })
 }
 
-fn write_entries(format: fi_cq_format, buf: *mut c_void, v: &[CqEntry]) {
-    for (i, c) in v.iter().enumerate() {
-        // SAFETY: the caller's buffer holds `count` entries of the CQ's format and v.len() <= count.
-        unsafe {
-            match format {
-                FI_CQ_FORMAT_MSG => {
-                    *(buf as *mut fi_cq_msg_entry).add(i) = fi_cq_msg_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize };
-                }
-                FI_CQ_FORMAT_DATA => {
-                    *(buf as *mut fi_cq_data_entry).add(i) = fi_cq_data_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize, buf: c.buf as *mut c_void, data: c.data };
-                }
-                FI_CQ_FORMAT_TAGGED => {
-                    *(buf as *mut fi_cq_tagged_entry).add(i) = fi_cq_tagged_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize, buf: c.buf as *mut c_void, data: c.data, tag: 0 };
-                }
-                _ => {
-                    *(buf as *mut fi_cq_entry).add(i) = fi_cq_entry { op_context: c.op_context as *mut c_void };
-                }
+fn write_entry(format: fi_cq_format, buf: *mut c_void, i: usize, c: &CqEntry) {
+    // SAFETY: the caller's buffer holds `count` entries of the CQ's format and i < count.
+    unsafe {
+        match format {
+            FI_CQ_FORMAT_MSG => {
+                *(buf as *mut fi_cq_msg_entry).add(i) = fi_cq_msg_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize };
+            }
+            FI_CQ_FORMAT_DATA => {
+                *(buf as *mut fi_cq_data_entry).add(i) = fi_cq_data_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize, buf: c.buf as *mut c_void, data: c.data };
+            }
+            FI_CQ_FORMAT_TAGGED => {
+                *(buf as *mut fi_cq_tagged_entry).add(i) = fi_cq_tagged_entry { op_context: c.op_context as *mut c_void, flags: c.flags, len: c.len as usize, buf: c.buf as *mut c_void, data: c.data, tag: 0 };
+            }
+            _ => {
+                *(buf as *mut fi_cq_entry).add(i) = fi_cq_entry { op_context: c.op_context as *mut c_void };
             }
         }
     }
@@ -425,7 +423,14 @@ fn cq_read_common(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_
         return -(FI_EINVAL as isize);
     }
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EAGAIN as isize) };
-    let r = e.cq_read(o.id, count);
+    let format = o.format;
+    let r = e.cq_read_with(o.id, count, |i, c| {
+        write_entry(format, buf, i, c);
+        if !src.is_null() {
+            // SAFETY: src_addr has room for `count` addresses.
+            unsafe { *src.add(i) = c.src };
+        }
+    });
     if matches!(r, Err(FI_EAGAIN)) && e.idle_yield_due() {
         drop(e);
         std::thread::yield_now();
@@ -433,16 +438,7 @@ fn cq_read_common(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_
     }
     drop(e);
     match r {
-        Ok(v) => {
-            write_entries(o.format, buf, &v);
-            if !src.is_null() {
-                for (i, c) in v.iter().enumerate() {
-                    // SAFETY: src_addr has room for `count` addresses.
-                    unsafe { *src.add(i) = c.src };
-                }
-            }
-            v.len() as isize
-        }
+        Ok(n) => n as isize,
         Err(x) => -(x as isize),
     }
 }
@@ -511,10 +507,18 @@ unsafe extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _fla
     })
 }
 
-fn strerror_out(s: &str, buf: *mut c_char, len: usize) -> *const c_char {
-    static GENERIC: &[u8] = b"droce: work completion error (see fi_cq_strerror with a buffer)\0";
+/// The status text of `prov_errno` as a NUL-terminated static string (fi_cq_strerror without a buffer).
+fn static_status_str(prov_errno: c_int) -> *const c_char {
+    static TEXTS: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+    let t = TEXTS.get_or_init(|| (0..=u8::MAX as c_int).map(|v| std::ffi::CString::new(format!("droce: {}", engine::wc_status_str(v))).unwrap_or_default()).collect());
+    let i = usize::try_from(prov_errno).ok().filter(|&i| i < t.len()).unwrap_or(t.len() - 1);
+    t[i].as_ptr()
+}
+
+/// `s` into the caller's buffer, or `fallback` (NUL-terminated, static) without one.
+fn strerror_out(s: &str, fallback: *const c_char, buf: *mut c_char, len: usize) -> *const c_char {
     if buf.is_null() || len == 0 {
-        return GENERIC.as_ptr() as *const c_char;
+        return fallback;
     }
     let n = s.len().min(len - 1);
     // SAFETY: buf holds len bytes.
@@ -526,7 +530,7 @@ fn strerror_out(s: &str, buf: *mut c_char, len: usize) -> *const c_char {
 }
 
 unsafe extern "C" fn cq_strerror(_cq: *mut fid_cq, prov_errno: c_int, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
-    guard(ptr::null(), || strerror_out(engine::wc_status_str(prov_errno), buf, len))
+    guard(ptr::null(), || strerror_out(engine::wc_status_str(prov_errno), static_status_str(prov_errno), buf, len))
 }
 
 // ---------------------------------------------------------------------------- EQ
@@ -798,7 +802,7 @@ unsafe extern "C" fn eq_write(eq: *mut fid_eq, event: u32, buf: *const c_void, l
 }
 
 unsafe extern "C" fn eq_strerror(_eq: *mut fid_eq, _prov_errno: c_int, _err_data: *const c_void, buf: *mut c_char, len: usize) -> *const c_char {
-    guard(ptr::null(), || strerror_out("droce connection manager error", buf, len))
+    guard(ptr::null(), || strerror_out("droce connection manager error", c"droce connection manager error".as_ptr(), buf, len))
 }
 
 // ---------------------------------------------------------------------------- counters
@@ -872,7 +876,7 @@ fn with_cntr<R>(c: *mut fid_cntr, dflt: R, progress: bool, f: impl FnOnce(&mut e
     let Some(o) = opt(c as *const CntrObj) else { return dflt };
     let Some(mut e) = engine::engine_if_open() else { return dflt };
     if progress {
-        e.progress();
+        e.progress_datapath();
     }
     match e.cntrs.get_mut(&o.id) {
         Some(c) => f(c),

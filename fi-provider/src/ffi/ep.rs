@@ -4,7 +4,7 @@
 use super::domain::{lkey_of, register, AvObj, CntrObj, CqObj, EqObj};
 use super::sys::*;
 use super::*;
-use crate::engine::{self, Engine, Id, Op, OpKind, SendReq, Seg};
+use crate::engine::{self, Engine, Id, Op, OpKind, SendReq, Seg, Segs};
 use crate::info as pinfo;
 use droce_dpdk::roce::cm::ConnId;
 use droce_transport::verbs::{AccessFlags, SendOpcode};
@@ -610,8 +610,8 @@ unsafe extern "C" fn shutdown(ep: *mut fid_ep, _flags: u64) -> c_int {
 
 /// The scatter/gather list of an operation: descriptors give lkeys; without one, a
 /// registered MR covering the range, else a registration just for this operation.
-fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut Vec<Lkey>) -> Result<Vec<Seg>, u32> {
-    let mut v = Vec::with_capacity(iov.len());
+fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut Vec<Lkey>) -> Result<Segs, u32> {
+    let mut v = Segs::default();
     for (i, &(addr, len)) in iov.iter().enumerate() {
         if len == 0 {
             continue;
@@ -627,7 +627,7 @@ fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut 
                 }
             },
         };
-        v.push(Seg { addr, len, lkey });
+        v.push(Seg { addr, len, lkey })?;
     }
     Ok(v)
 }
@@ -673,17 +673,19 @@ enum Tx {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: u64, context: *mut c_void, flags: Option<u64>, imm: Option<u64>, kind: Tx, inject: bool) -> isize {
+fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], dest: u64, context: *mut c_void, flags: Option<u64>, imm: Option<u64>, kind: Tx, inject: bool) -> isize {
     let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
+    let stripped;
     let (mut iov, mut desc) = (iov, desc);
     if x.ty == pinfo::EpType::Dgram && x.prefix {
         // FI_MSG_PREFIX: the first bytes of a send buffer are the provider's (the GRH room).
-        match strip_prefix(&iov, pinfo::UD_PREFIX) {
+        match strip_prefix(iov, pinfo::UD_PREFIX) {
             Some((v, skipped)) => {
-                iov = v;
-                desc.drain(..skipped.min(desc.len()));
+                stripped = v;
+                iov = &stripped;
+                desc = &desc[skipped.min(desc.len())..];
             }
             None => return -(FI_EINVAL as isize),
         }
@@ -701,15 +703,15 @@ fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: 
     let segs = if inline && total > 0 {
         let (area, lkey) = e.bounce.as_mut().map(|(a, l)| (a.as_mut_ptr(), *l)).unwrap_or((ptr::null_mut(), Lkey(0)));
         let mut off = 0usize;
-        for &(a, l) in &iov {
+        for &(a, l) in iov {
             // SAFETY: the caller's buffers hold the bytes they describe; the bounce area is
             // BOUNCE_LEN (>= INJECT_SIZE) bytes and only used under the engine lock.
             unsafe { ptr::copy_nonoverlapping(a as *const u8, area.add(off), l as usize) };
             off += l as usize;
         }
-        vec![Seg { addr: area as u64, len: total, lkey }]
+        Segs::one(Seg { addr: area as u64, len: total, lkey })
     } else {
-        match segments(&mut e, &iov, &desc, &mut tmp) {
+        match segments(&mut e, iov, desc, &mut tmp) {
             Ok(s) => s,
             Err(x) => return -(x as isize),
         }
@@ -730,14 +732,14 @@ fn post_tx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, dest: 
     ret_ssize(r)
 }
 
-fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, context: *mut c_void) -> isize {
+fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *mut c_void) -> isize {
     let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     if e.eps.get(&o.id).is_some_and(|x| x.qp.is_none()) {
         return -(FI_EOPBADSTATE as isize);
     }
     let mut tmp = Vec::new();
-    let mut segs = match segments(&mut e, &iov, &desc, &mut tmp) {
+    let mut segs = match segments(&mut e, iov, desc, &mut tmp) {
         Ok(s) => s,
         Err(x) => return -(x as isize),
     };
@@ -751,7 +753,7 @@ fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, contex
         match register(&mut e, addr, area.len() as u64, AccessFlags::LOCAL_WRITE) {
             Ok(m) => {
                 tmp.push(m.lkey);
-                segs = vec![Seg { addr, len: area.len() as u64, lkey: m.lkey }];
+                segs = Segs::one(Seg { addr, len: area.len() as u64, lkey: m.lkey });
             }
             Err(x) => {
                 for l in tmp {
@@ -760,10 +762,10 @@ fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, contex
                 return -(x as isize);
             }
         }
-        bounce = Some(engine::Bounce { area, user: iov.clone() });
+        bounce = Some(engine::Bounce { area, user: iov.to_vec() });
     }
     let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone(), bounce };
-    let r = e.post_recv(o.id, &segs, op);
+    let r = e.post_recv(o.id, segs.as_slice(), op);
     if r.is_err() {
         for l in tmp {
             e.remove_mr(l);
@@ -773,54 +775,54 @@ fn post_rx(ep: *mut fid_ep, iov: Vec<(u64, u64)>, desc: Vec<*mut c_void>, contex
 }
 
 unsafe extern "C" fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, _src: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_rx(ep, vec![(buf as u64, len as u64)], vec![desc], context))
+    guard(EOTHER_S, || post_rx(ep, &[(buf as u64, len as u64)], &[desc], context))
 }
 
 unsafe extern "C" fn recvv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, _src: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_rx(ep, iovs(iov, count), descs(desc, count), context))
+    guard(EOTHER_S, || post_rx(ep, &iovs(iov, count), &descs(desc, count), context))
 }
 
 unsafe extern "C" fn recvmsg(ep: *mut fid_ep, msg: *const fi_msg, _flags: u64) -> isize {
     guard(EOTHER_S, || {
         let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
-        post_rx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.context)
+        post_rx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.context)
     })
 }
 
 unsafe extern "C" fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, None, Tx::Send, false))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[desc], dest, context, None, None, Tx::Send, false))
 }
 
 unsafe extern "C" fn sendv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), dest, context, None, None, Tx::Send, false))
+    guard(EOTHER_S, || post_tx(ep, &iovs(iov, count), &descs(desc, count), dest, context, None, None, Tx::Send, false))
 }
 
 unsafe extern "C" fn sendmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
     guard(EOTHER_S, || {
         let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
         let imm = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Send, false)
+        post_tx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Send, false)
     })
 }
 
 unsafe extern "C" fn inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Send, true))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Send, true))
 }
 
 unsafe extern "C" fn senddata(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, Some(data), Tx::Send, false))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[desc], dest, context, None, Some(data), Tx::Send, false))
 }
 
 unsafe extern "C" fn injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Send, true))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Send, true))
 }
 
 unsafe extern "C" fn rma_read(ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, src: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], src, context, None, None, Tx::Read(addr, key), false))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[desc], src, context, None, None, Tx::Read(addr, key), false))
 }
 
 unsafe extern "C" fn rma_readv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, src: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), src, context, None, None, Tx::Read(addr, key), false))
+    guard(EOTHER_S, || post_tx(ep, &iovs(iov, count), &descs(desc, count), src, context, None, None, Tx::Read(addr, key), false))
 }
 
 fn rma_target(m: &fi_msg_rma) -> Option<(u64, u64)> {
@@ -836,16 +838,16 @@ unsafe extern "C" fn rma_readmsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags:
     guard(EOTHER_S, || {
         let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
         let Some((a, k)) = rma_target(m) else { return -(FI_EINVAL as isize) };
-        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), None, Tx::Read(a, k), false)
+        post_tx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), None, Tx::Read(a, k), false)
     })
 }
 
 unsafe extern "C" fn rma_write(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, None, Tx::Write(addr, key), false))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[desc], dest, context, None, None, Tx::Write(addr, key), false))
 }
 
 unsafe extern "C" fn rma_writev(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, iovs(iov, count), descs(desc, count), dest, context, None, None, Tx::Write(addr, key), false))
+    guard(EOTHER_S, || post_tx(ep, &iovs(iov, count), &descs(desc, count), dest, context, None, None, Tx::Write(addr, key), false))
 }
 
 unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags: u64) -> isize {
@@ -853,20 +855,20 @@ unsafe extern "C" fn rma_writemsg(ep: *mut fid_ep, msg: *const fi_msg_rma, flags
         let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
         let Some((a, k)) = rma_target(m) else { return -(FI_EINVAL as isize) };
         let imm = (flags & FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-        post_tx(ep, iovs(m.msg_iov, m.iov_count), descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Write(a, k), false)
+        post_tx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.addr, m.context, Some(flags), imm, Tx::Write(a, k), false)
     })
 }
 
 unsafe extern "C" fn rma_inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t, addr: u64, key: u64) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Write(addr, key), true))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[ptr::null_mut()], dest, ptr::null_mut(), None, None, Tx::Write(addr, key), true))
 }
 
 unsafe extern "C" fn rma_writedata(ep: *mut fid_ep, buf: *const c_void, len: usize, desc: *mut c_void, data: u64, dest: fi_addr_t, addr: u64, key: u64, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![desc], dest, context, None, Some(data), Tx::Write(addr, key), false))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[desc], dest, context, None, Some(data), Tx::Write(addr, key), false))
 }
 
 unsafe extern "C" fn rma_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t, addr: u64, key: u64) -> isize {
-    guard(EOTHER_S, || post_tx(ep, vec![(buf as u64, len as u64)], vec![ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Write(addr, key), true))
+    guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[ptr::null_mut()], dest, ptr::null_mut(), None, Some(data), Tx::Write(addr, key), true))
 }
 
 // ---------------------------------------------------------------------------- atomics
@@ -929,7 +931,10 @@ fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, 
     let mut bounce = None;
     let (seg, buf) = match result {
         Some((r, desc)) => match segments(&mut e, &[(r, 8)], &[desc], &mut tmp) {
-            Ok(s) => (s[0], r),
+            Ok(s) => match s.as_slice().first() {
+                Some(s) => (*s, r),
+                None => return -(FI_EINVAL as isize),
+            },
             Err(x) => return -(x as isize),
         },
         None => {
@@ -948,7 +953,7 @@ fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, 
     let (opcode, atomic) = if op == FI_CSWAP { (SendOpcode::CmpSwap, operand) } else { (SendOpcode::FetchAdd, (operand.0, 0)) };
     let flags = FI_ATOMIC as u64 | if kind == 0 { FI_WRITE as u64 } else { FI_READ as u64 };
     let op = Op { ep: o.id, kind: OpKind::Atomic, context: context as usize, flags, buf, len: 8, report, tmp_mrs: tmp.clone(), bounce };
-    let r = e.post_send(o.id, SendReq { opcode, segs: vec![seg], inline: false, imm: None, remote: Some((addr, Rkey(key as u32))), atomic, dest: Some(0), op });
+    let r = e.post_send(o.id, SendReq { opcode, segs: Segs::one(seg), inline: false, imm: None, remote: Some((addr, Rkey(key as u32))), atomic, dest: Some(0), op });
     if r.is_err() {
         for l in tmp {
             e.remove_mr(l);
