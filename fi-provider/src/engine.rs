@@ -11,7 +11,7 @@ use crate::ffi::sys as fi;
 use crate::info::{self, EpType};
 use crate::queue::{CqEntry, CqError, Queue, Signal, ADDR_NOTAVAIL};
 use droce_dpdk::host::Host;
-use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams};
+use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams, SidrEvent, SidrId};
 use droce_dpdk::roce::RoceDevice;
 use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
@@ -210,6 +210,22 @@ pub struct Ep {
     /// The CM agent is done with this endpoint's connection (Disconnected, Rejected or
     /// TimedOut reported): its QP may be destroyed.
     pub cm_done: bool,
+    /// DGRAM bound to a port: the SIDR service (UDP port space) that names its QPN.
+    pub sidr_service: Option<u64>,
+}
+
+/// How long a DGRAM send keeps asking a peer's CM for the QPN behind an IP + port (the peer
+/// may still be starting: "no QP" answers are retried every [`SIDR_RETRY`]).
+const SIDR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+const SIDR_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// UD QPN resolution of a node/service DGRAM address (SIDR over QP1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sidr {
+    Pending { id: SidrId, deadline: std::time::Instant },
+    Retry { at: std::time::Instant, deadline: std::time::Instant },
+    Done(u32),
+    Failed,
 }
 
 #[derive(Debug)]
@@ -392,6 +408,8 @@ pub struct Engine {
     wcs: Vec<(Option<Id>, WorkCompletion)>,
     /// Device CQs to poll: (provider CQ id, device CQ), rebuilt when a CQ opens or closes.
     cq_list: Vec<(Option<Id>, CqHandle)>,
+    /// DGRAM peers named by IP + port: their UD QPN as the peer's CM answered (SIDR).
+    pub sidr: HashMap<SocketAddr, Sidr>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -452,6 +470,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             rwr: RecvWr::new(0),
             wcs: Vec::with_capacity(64),
             cq_list: vec![(None, discard_cq)],
+            sidr: HashMap::new(),
         };
         init(&mut e);
         Ok(Mutex::new(e))
@@ -579,6 +598,7 @@ impl Engine {
                 rx_op_flags: 0,
                 prefix: true,
                 cm_done: false,
+                sidr_service: None,
             },
         );
         id
@@ -631,9 +651,14 @@ impl Engine {
             return Err(e);
         }
         let qpn = dev.device().query_qp(qp).map(|i| i.qp_num.value()).unwrap_or(0);
+        let port = self.eps.get(&id).map_or(0, |e| e.src.sa.port());
+        // A DGRAM endpoint bound to a port answers SIDR for it: peers that know only the IP
+        // and port (node/service) learn its QPN from our CM.
+        let sidr_service = (ty == EpType::Dgram && port != 0).then(|| h.cm().sidr_register(port, Qpn::new(qpn), QKey(UD_QKEY)));
         drop(h);
         let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
         ep.qp = Some(qp);
+        ep.sidr_service = sidr_service;
         if ty == EpType::Dgram {
             ep.src.qpn = Some(qpn);
         }
@@ -643,6 +668,9 @@ impl Engine {
     pub fn close_ep(&mut self, id: Id) {
         let Some(ep) = self.eps.remove(&id) else { return };
         let mut h = self.host();
+        if let Some(s) = ep.sidr_service {
+            h.cm().sidr_unregister(s);
+        }
         if let (Some(c), ConnState::Connected | ConnState::Connecting | ConnState::Accepting) = (ep.conn, ep.state) {
             let (cm, dev) = h.cm_and_dev();
             let _ = cm.disconnect(dev, c);
@@ -815,7 +843,10 @@ impl Engine {
         let ud = if ep.ty == EpType::Dgram {
             let av = ep.av.and_then(|a| self.avs.get(&a)).ok_or(fi::FI_ENOAV)?;
             let d = r.dest.and_then(|f| av.lookup(f)).ok_or(fi::FI_EINVAL)?;
-            let qpn = d.qpn.ok_or(fi::FI_EADDRNOTAVAIL)?;
+            let qpn = match d.qpn {
+                Some(q) => q,
+                None => self.resolve_ud(d.sa)?,
+            };
             Some((d, qpn))
         } else {
             if !matches!(ep.state, ConnState::Connected) {
@@ -865,6 +896,63 @@ impl Engine {
         }
         self.ops.insert(wr_id, r.op);
         Ok(())
+    }
+
+    /// The UD QPN behind a node/service DGRAM address: asks the peer's CM (SIDR) and
+    /// answers `FI_EAGAIN` until it replied (the caller's retries drive the progress),
+    /// `FI_EHOSTUNREACH` when nobody answered within [`SIDR_DEADLINE`].
+    fn resolve_ud(&mut self, sa: SocketAddr) -> Result<u32, Errno> {
+        if sa.port() == 0 {
+            return Err(fi::FI_EADDRNOTAVAIL);
+        }
+        let key = SocketAddr::new(addr::canon(sa.ip()), sa.port());
+        let now = std::time::Instant::now();
+        let deadline = match self.sidr.get(&key) {
+            Some(Sidr::Done(q)) => return Ok(*q),
+            Some(Sidr::Failed) => return Err(fi::FI_EHOSTUNREACH),
+            Some(Sidr::Pending { .. }) => None,
+            Some(Sidr::Retry { at, deadline }) => (now >= *at).then_some(*deadline),
+            None => Some(now + SIDR_DEADLINE),
+        };
+        if let Some(deadline) = deadline {
+            let r = {
+                let mut h = self.host();
+                let (cm, dev) = h.cm_and_dev();
+                cm.sidr_resolve(dev, key)
+            };
+            match r {
+                Ok(id) => self.sidr.insert(key, Sidr::Pending { id, deadline }),
+                Err(_) => return Err(fi::FI_EHOSTUNREACH),
+            };
+        }
+        self.progress();
+        match self.sidr.get(&key) {
+            Some(Sidr::Done(q)) => Ok(*q),
+            Some(Sidr::Failed) => Err(fi::FI_EHOSTUNREACH),
+            _ => Err(fi::FI_EAGAIN),
+        }
+    }
+
+    fn sidr_event(&mut self, ev: SidrEvent) {
+        if debug() {
+            eprintln!("droce-fi: sidr {ev:?}");
+        }
+        let (id, result) = match ev {
+            SidrEvent::Resolved { id, qpn, .. } => (id, Some(qpn.value())),
+            SidrEvent::Failed { id, .. } => (id, None),
+        };
+        let now = std::time::Instant::now();
+        for v in self.sidr.values_mut() {
+            if let Sidr::Pending { id: p, deadline } = *v {
+                if p == id {
+                    *v = match result {
+                        Some(q) => Sidr::Done(q),
+                        None if now + SIDR_RETRY < deadline => Sidr::Retry { at: now + SIDR_RETRY, deadline },
+                        None => Sidr::Failed,
+                    };
+                }
+            }
+        }
     }
 
     pub fn post_recv(&mut self, id: Id, segs: &[Seg], op: Op) -> Result<(), Errno> {
@@ -944,10 +1032,14 @@ impl Engine {
             }
         }
         let mut events = Vec::new();
+        let mut sidr_events = Vec::new();
         {
             let (cm, _) = h.cm_and_dev();
             while let Some(e) = cm.poll_event() {
                 events.push(e);
+            }
+            while let Some(e) = cm.poll_sidr_event() {
+                sidr_events.push(e);
             }
         }
         // UD receives: the sender's address is in the GRH the device wrote.
@@ -970,6 +1062,10 @@ impl Engine {
         work |= !events.is_empty() || !wcs.is_empty();
         for e in events {
             self.cm_event(e);
+        }
+        work |= !sidr_events.is_empty();
+        for e in sidr_events {
+            self.sidr_event(e);
         }
         for &(cq, wc) in &wcs {
             self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());

@@ -272,11 +272,9 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if h.protocol != 0 && h.protocol != protocol {
             continue;
         }
-        // A UD endpoint is named by its QPN (in the fi_getname sockaddr); an address made from
-        // node/service has none, and no port can be bound to a UD QP.
-        if ep == EpType::Dgram && (port.is_some_and(|p| p != 0) || dest.is_some_and(|d| d.qpn.is_none())) {
-            continue;
-        }
+        // A UD endpoint is named by its QPN: fi_getname names carry it; a node/service
+        // address has none, and the provider asks the peer's CM for it (SIDR: a DGRAM
+        // endpoint bound to a port answers for that port).
         // UD receives start with the GRH: applications that leave room for it
         // (FI_MSG_PREFIX) get it in their buffer, others a copy from a bounce buffer.
         let mut mode = 0;
@@ -296,9 +294,6 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         let Some(mr_mode) = mr_mode_for(h, rma && ep == EpType::Msg, q.version) else { continue };
         if h.max_msg_size > max_msg || h.tx_size > TX_SIZE || h.rx_size > RX_SIZE || h.inject_size > INJECT_SIZE {
             continue;
-        }
-        if dest.is_some_and(|d| ep == EpType::Dgram && d.qpn.is_none() && h.dest.is_none()) {
-            // node/service alone cannot name a UD QP; fine for the answer, AV insert checks.
         }
         let mut caps = if want == 0 { ours } else { (want & ours) | (ours & (fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM)) };
         // FI_MSG/FI_RMA without direction flags mean both directions.
@@ -438,7 +433,8 @@ mod tests {
         let qq = Query { node: Some("127.0.0.1"), service: Some("47592"), ..q() };
         let v = getinfo(&qq, None, &local()).unwrap();
         assert_eq!(v[0].dest.unwrap().sa, "10.77.0.2:47592".parse().unwrap(), "loopback is the wire's peer");
-        assert_eq!(v.len(), 1, "a service port cannot name a UD endpoint");
+        assert_eq!(v.len(), 2, "msg and dgram (the UD QPN comes from the peer's CM through SIDR)");
+        assert_eq!((v[1].ep_type, v[1].dest.unwrap().sa, v[1].dest.unwrap().qpn), (EpType::Dgram, "10.77.0.2:47592".parse().unwrap(), None));
         let named = Hints { dest: Some(EpAddr::with_qpn("10.77.0.2:0".parse().unwrap(), 0x12)), ep_type: fi::FI_EP_DGRAM, ..Default::default() };
         assert_eq!(getinfo(&q(), Some(&named), &local()).unwrap()[0].dest.unwrap().qpn, Some(0x12));
         let qq = Query { node: None, service: Some("47592"), source: true, ..q() };

@@ -107,6 +107,98 @@ unsafe fn dgram_pair(prefix: bool) {
     fi_freeinfo(hints);
 }
 
+/// A DGRAM endpoint bound to a service port is reachable through an address that carries
+/// only IP + port (node/service, no QPN): the sender's provider asks the receiver's CM for
+/// the QPN (SIDR over QP1; here the device loops both MADs to its own address).
+unsafe fn dgram_by_service() {
+    let hints = fi_dupinfo(null());
+    (*hints).caps = FI_MSG as u64;
+    (*(*hints).ep_attr).type_ = FI_EP_DGRAM;
+    (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) as i32;
+    (*(*hints).fabric_attr).prov_name = libc::strdup(c"droce".as_ptr());
+    let mut bound: *mut fi_info = null_mut();
+    assert_eq!(fi_getinfo((1 << 16) | 17, null(), c"47123".as_ptr(), FI_SOURCE, hints, &mut bound), 0, "fi_getinfo FI_SOURCE service");
+    assert_eq!((*(*bound).ep_attr).type_, FI_EP_DGRAM);
+    assert_eq!((*bound).src_addrlen, 16);
+    let mut plain: *mut fi_info = null_mut();
+    assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut plain), 0, "fi_getinfo");
+    let mut fabric: *mut fid_fabric = null_mut();
+    assert_eq!(fi_fabric((*bound).fabric_attr, &mut fabric, null_mut()), 0);
+    let mut domain: *mut fid_domain = null_mut();
+    assert_eq!(call!(fabric, ops.domain(bound, &mut domain, null_mut())), 0);
+    let mut av_attr: fi_av_attr = std::mem::zeroed();
+    av_attr.type_ = FI_AV_TABLE;
+    let mut av: *mut fid_av = null_mut();
+    assert_eq!(call!(domain, ops.av_open(&mut av_attr, &mut av, null_mut())), 0);
+    let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+    cq_attr.format = FI_CQ_FORMAT_MSG;
+    let mut cq: *mut fid_cq = null_mut();
+    assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq, null_mut())), 0);
+    let mut eps = [null_mut::<fid_ep>(); 2];
+    for (i, info) in [bound, plain].into_iter().enumerate() {
+        assert_eq!(call!(domain, ops.endpoint(info, &mut eps[i], null_mut())), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, bind(&mut (*av).fid, 0)), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
+        assert_eq!(fidcall!(&mut (*eps[i]).fid, control(FI_ENABLE as i32, null_mut())), 0);
+    }
+    let mut name = [0u8; 32];
+    let mut len = 32usize;
+    assert_eq!(((*(*eps[0]).cm).getname.unwrap())(&mut (*eps[0]).fid, name.as_mut_ptr() as *mut c_void, &mut len), 0);
+    assert_eq!(u16::from_be_bytes([name[2], name[3]]), 47123, "the bound port stays in the name");
+    // the address as node/service give it: IP + port, no QPN
+    let sa = std::slice::from_raw_parts((*bound).src_addr as *const u8, 16);
+    assert_eq!(&sa[..8], &name[..8]);
+    assert!(sa[8..].iter().all(|b| *b == 0), "no QPN in a node/service address");
+    let mut dest: fi_addr_t = 0;
+    assert_eq!(call!(av, ops.insert(sa.as_ptr() as *const c_void, 1, &mut dest, 0, null_mut())), 1);
+
+    let mut rx = vec![0u8; 1024];
+    let tx: Vec<u8> = (0..1024u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut mr_rx: *mut fid_mr = null_mut();
+    let mut mr_tx: *mut fid_mr = null_mut();
+    let reg = (*(*domain).mr).reg.unwrap();
+    assert_eq!(reg(&mut (*domain).fid, rx.as_ptr() as *const c_void, rx.len(), FI_RECV as u64, 0, 0, 0, &mut mr_rx, null_mut()), 0);
+    assert_eq!(reg(&mut (*domain).fid, tx.as_ptr() as *const c_void, tx.len(), FI_SEND as u64, 0, 0, 0, &mut mr_tx, null_mut()), 0);
+    assert_eq!(call!(eps[0], msg.recv(rx.as_mut_ptr() as *mut c_void, 1024, (*mr_rx).mem_desc, FI_ADDR_UNSPEC, 0x52 as *mut c_void)), 0);
+    let start = Instant::now();
+    let mut tries = 0;
+    loop {
+        let r = call!(eps[1], msg.send(tx.as_ptr() as *const c_void, 600, (*mr_tx).mem_desc, dest, 0x53 as *mut c_void));
+        tries += 1;
+        if r == 0 {
+            break;
+        }
+        assert_eq!(r, -(FI_EAGAIN as isize), "fi_send to a node/service address");
+        assert!(start.elapsed() < DEADLINE, "QPN never resolved");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(tries >= 1);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let mut e: fi_cq_msg_entry = std::mem::zeroed();
+        let r = call!(cq, ops.read(&mut e as *mut _ as *mut c_void, 1));
+        if r == 1 {
+            got.push((e.op_context as usize, e.len));
+        } else {
+            assert_eq!(r, -(FI_EAGAIN as isize), "fi_cq_read");
+            assert!(start.elapsed() < DEADLINE, "no datagram");
+        }
+    }
+    assert!(got.contains(&(0x52, 600)), "receive completion on the bound endpoint: {got:?}");
+    assert!(got.iter().any(|g| g.0 == 0x53), "send completion");
+    assert_eq!(&rx[..600], &tx[..600], "datagram bytes");
+    // resolved once: the next send goes at once
+    assert_eq!(call!(eps[0], msg.recv(rx.as_mut_ptr() as *mut c_void, 1024, (*mr_rx).mem_desc, FI_ADDR_UNSPEC, 0x54 as *mut c_void)), 0);
+    assert_eq!(call!(eps[1], msg.send(tx.as_ptr() as *const c_void, 100, (*mr_tx).mem_desc, dest, 0x55 as *mut c_void)), 0);
+
+    for f in [&mut (*eps[0]).fid as *mut fid, &mut (*eps[1]).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*cq).fid, &mut (*av).fid, &mut (*domain).fid, &mut (*fabric).fid] {
+        assert_eq!(fidcall!(f, close()), 0);
+    }
+    fi_freeinfo(bound);
+    fi_freeinfo(plain);
+    fi_freeinfo(hints);
+}
+
 #[test]
 fn dgram_through_an_av_with_and_without_prefix() {
     std::env::set_var("FI_PROVIDER_PATH", common::provider_dir());
@@ -115,5 +207,6 @@ fn dgram_through_an_av_with_and_without_prefix() {
     unsafe {
         dgram_pair(true);
         dgram_pair(false);
+        dgram_by_service();
     }
 }

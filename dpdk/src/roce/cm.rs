@@ -21,6 +21,11 @@
 //! reject(id, private_data) (REJ reason 28, consumer defined)
 //! disconnect(&mut dev, id) (QP → ERROR, DREQ)
 //! close(self, &mut dev) (destroys QP1, frees the buffers)
+//! SIDR (UD service resolution, what rdma_cm does for RDMA_PS_UDP ids):
+//! sidr_register(port, qpn, qkey) -> service_id / sidr_unregister(service_id): answer
+//!   SIDR_REQs for that UDP-port-space service with the QPN and Q_Key (NO_QP otherwise)
+//! sidr_resolve(&mut dev, dst: SocketAddr) -> SidrId (SIDR_REQ, retransmitted)
+//! poll_sidr_event() -> Option<SidrEvent>: Resolved { id, qpn, qkey } / Failed { id, status }
 //! ```
 //!
 //! Application QPs must be RC QPs in RESET or INIT ([`to_init`] before posting receives, like
@@ -30,6 +35,8 @@
 use super::RoceDevice;
 use droce_transport::cm::rdma_cm::{self, CmaHeaderRepr, PortSpace, RcConnect};
 use droce_transport::cm::rej::RejectReason;
+use droce_transport::cm::sidr::{self, rep::SidrStatus, SidrRepRepr, SidrReqRepr};
+use droce_transport::cm::CmMessage;
 use droce_transport::cm::{CmConfig, CmEndpoint, CmEvent, CmMad, ConnHandle, ConnParams, EndpointEvent, Incoming, GSI_QKEY, GSI_QPN, MAD_SIZE};
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
@@ -46,6 +53,35 @@ const RECV_SLOTS: usize = 64;
 const SEND_SLOTS: usize = 64;
 const RECV_SLOT_LEN: usize = GRH_LEN + MAD_SIZE;
 const WR_SEND: u64 = 1 << 32;
+/// SIDR_REQ retransmission interval and attempts (the passive side answers at once).
+const SIDR_RETRY_NS: u64 = 200_000_000;
+const SIDR_TRIES: u32 = 10;
+
+/// A UD service resolution started by [`CmAgent::sidr_resolve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SidrId(pub u32);
+
+/// The answer to a [`CmAgent::sidr_resolve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SidrEvent {
+    /// The peer's UD QP behind the service.
+    Resolved { id: SidrId, qpn: Qpn, qkey: QKey },
+    /// A SIDR_REP with a non-success status (`SidrStatus`, e.g. 3 = no QP for the service),
+    /// or [`SIDR_TIMEOUT`] when no answer came.
+    Failed { id: SidrId, status: u8 },
+}
+
+/// `SidrEvent::Failed` status when every SIDR_REQ went unanswered.
+pub const SIDR_TIMEOUT: u8 = 0xff;
+
+#[derive(Debug, Clone)]
+struct SidrQuery {
+    id: SidrId,
+    peer: Gid,
+    mad: CmMad,
+    next: Instant,
+    tries: u32,
+}
 
 /// How the agent sets up its endpoint.
 #[derive(Debug, Clone, Copy)]
@@ -201,6 +237,11 @@ pub struct CmAgent {
     events: VecDeque<CmAgentEvent>,
     counters: CmAgentCounters,
     ca_guid: u64,
+    /// UDP-port-space service ID -> the UD QP that answers it.
+    sidr_services: BTreeMap<u64, (Qpn, QKey)>,
+    /// SIDR_REQs in flight by request ID.
+    sidr_queries: BTreeMap<u32, SidrQuery>,
+    sidr_events: VecDeque<SidrEvent>,
 }
 
 impl fmt::Debug for CmAgent {
@@ -303,6 +344,9 @@ impl CmAgent {
             events: VecDeque::new(),
             counters: CmAgentCounters::default(),
             ca_guid: ca_guid_from_mac(dev.mac()),
+            sidr_services: BTreeMap::new(),
+            sidr_queries: BTreeMap::new(),
+            sidr_events: VecDeque::new(),
         };
         for i in 0..RECV_SLOTS {
             agent.post_recv(dev, i)?;
@@ -356,9 +400,109 @@ impl CmAgent {
         self.events.pop_front()
     }
 
+    /// Answers SIDR_REQs for `port` in the UDP port space (rdma_cm's RDMA_PS_UDP) with `qpn`
+    /// and `qkey`, replacing an earlier registration of the port. Returns the service ID.
+    pub fn sidr_register(&mut self, port: u16, qpn: Qpn, qkey: QKey) -> u64 {
+        let s = rdma_cm::service_id(PortSpace::UDP, port);
+        self.sidr_services.insert(s, (qpn, qkey));
+        s
+    }
+
+    pub fn sidr_unregister(&mut self, service_id: u64) {
+        self.sidr_services.remove(&service_id);
+    }
+
+    /// Asks `dst`'s CM for the UD QP behind UDP port `dst.port()`: a SIDR_REQ (rdma_cm
+    /// private-data header included) leaves with the next `poll` and is retransmitted every
+    /// 200 ms, 10 times; the answer is a [`SidrEvent`] with the returned id.
+    pub fn sidr_resolve(&mut self, dev: &mut RoceDevice, dst: SocketAddr) -> Result<SidrId, CmAgentError> {
+        let (src_ip, _) = self.local_addr(dev, dst.ip())?;
+        let r = splitmix(&mut self.rng);
+        let mut request_id = r as u32;
+        while self.sidr_queries.contains_key(&request_id) {
+            request_id = request_id.wrapping_add(1);
+        }
+        let mut private_data = [0u8; sidr::req::PRIVATE_DATA_LEN];
+        let addrs = match (src_ip, dst.ip()) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => rdma_cm::CmaAddrs::V4 { src, dst },
+            (IpAddr::V6(src), IpAddr::V6(dst)) => rdma_cm::CmaAddrs::V6 { src, dst },
+            _ => return Err(CmAgentError::NoLocalAddress),
+        };
+        CmaHeaderRepr { src_port: 0x8000 | ((r >> 32) as u16 & 0x7fff), addrs }.emit(&mut private_data);
+        let req = SidrReqRepr { request_id, pkey: droce_transport::PKey(0xffff), service_id: rdma_cm::service_id(PortSpace::UDP, dst.port()), private_data };
+        let peer = match dst.ip() {
+            IpAddr::V4(a) => Gid::from_ipv4(a),
+            IpAddr::V6(a) => Gid::from_ipv6(a),
+        };
+        let id = SidrId(request_id);
+        let mad = CmMad::new(r >> 8, CmMessage::SidrReq(req));
+        self.send_mad(dev, peer, &mad);
+        let next = Instant(dev.now().0 + SIDR_RETRY_NS);
+        self.sidr_queries.insert(request_id, SidrQuery { id, peer, mad, next, tries: SIDR_TRIES - 1 });
+        Ok(id)
+    }
+
+    pub fn poll_sidr_event(&mut self) -> Option<SidrEvent> {
+        self.sidr_events.pop_front()
+    }
+
+    fn sidr_timers(&mut self, dev: &mut RoceDevice, now: Instant) -> bool {
+        let due: Vec<u32> = self.sidr_queries.iter().filter(|(_, q)| q.next <= now).map(|(k, _)| *k).collect();
+        for k in &due {
+            let Some(q) = self.sidr_queries.get_mut(k) else { continue };
+            if q.tries == 0 {
+                let id = q.id;
+                self.sidr_queries.remove(k);
+                self.sidr_events.push_back(SidrEvent::Failed { id, status: SIDR_TIMEOUT });
+                continue;
+            }
+            q.tries -= 1;
+            q.next = Instant(now.0 + SIDR_RETRY_NS);
+            let (peer, mad) = (q.peer, q.mad.clone());
+            self.send_mad(dev, peer, &mad);
+        }
+        !due.is_empty()
+    }
+
+    fn sidr_mad(&mut self, dev: &mut RoceDevice, peer: Gid, mad: &CmMad) {
+        match &mad.message {
+            CmMessage::SidrReq(req) => {
+                let (status, (qpn, qkey)) = match self.sidr_services.get(&req.service_id) {
+                    Some(x) => (SidrStatus::SUCCESS, *x),
+                    None => (SidrStatus::NO_QP, (Qpn::new(0), QKey(0))),
+                };
+                let rep = SidrRepRepr {
+                    request_id: req.request_id,
+                    status,
+                    info_len: 0,
+                    qpn,
+                    service_id: req.service_id,
+                    qkey,
+                    info: [0; sidr::rep::INFO_LEN],
+                    private_data: [0; sidr::rep::PRIVATE_DATA_LEN],
+                };
+                let out = CmMad::new(mad.header.transaction_id, CmMessage::SidrRep(rep));
+                self.send_mad(dev, peer, &out);
+            }
+            CmMessage::SidrRep(rep) => {
+                let Some(q) = self.sidr_queries.remove(&rep.request_id) else { return };
+                self.sidr_events.push_back(if rep.status == SidrStatus::SUCCESS {
+                    SidrEvent::Resolved { id: q.id, qpn: rep.qpn, qkey: rep.qkey }
+                } else {
+                    SidrEvent::Failed { id: q.id, status: rep.status.0 }
+                });
+            }
+            _ => {}
+        }
+    }
+
     /// The earliest CM deadline (retransmissions, TimeWait), for a sleeping engine.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.ep.poll_timeout()
+        let s = self.sidr_queries.values().map(|q| q.next).min();
+        match (self.ep.poll_timeout(), s) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The negotiated parameters of a live connection.
@@ -519,6 +663,9 @@ impl CmAgent {
             self.ep.handle_timeout(now);
             work = true;
         }
+        if !self.sidr_queries.is_empty() {
+            work |= self.sidr_timers(dev, now);
+        }
         while let Some(ev) = self.ep.poll_event() {
             work = true;
             self.endpoint_event(dev, ev);
@@ -543,7 +690,11 @@ impl CmAgent {
             match (grh_source(&b[..GRH_LEN]), CmMad::parse(&b[GRH_LEN..len.max(GRH_LEN)])) {
                 (Some(peer), Ok(mad)) => {
                     self.counters.mads_rx += 1;
-                    self.ep.handle_mad(now, peer, &mad);
+                    if matches!(mad.message, CmMessage::SidrReq(_) | CmMessage::SidrRep(_)) {
+                        self.sidr_mad(dev, peer, &mad);
+                    } else {
+                        self.ep.handle_mad(now, peer, &mad);
+                    }
                 }
                 _ => self.counters.bad_mads += 1,
             }
