@@ -169,6 +169,41 @@ fn uct_ud_am_lat_and_am_bw() {
     uct("droce_ud", "am_bw", &format!("{N} -s 512"));
 }
 
+/// A droce_ud peer that dies: the client's datagrams go unacknowledged, the endpoint fails
+/// after 4 s and droce says so (a UCX warning naming the endpoint timeout; UCX_LOG_FILE=stderr so
+/// that the line is not lost in stdout's buffer when the stalled client is ended by the test).
+#[test]
+fn failed_ud_peer_surfaces_as_endpoint_timeout() {
+    if !tools() {
+        return;
+    }
+    let _g = serial();
+    let e = pair_env(&unique("ucxuddie"), &[("UCX_LOG_FILE", "stderr")]);
+    let port = free_port();
+    let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_ud")), &e, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_listening(port) && srv.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x droce_ud -t am_bw -s 512 -n 100000000"));
+    let mut cli = Proc::spawn("client", &cmd, &e, Duration::from_secs(60));
+    let t0 = Instant::now();
+    while !cli.output().contains("Message size") && cli.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(srv); // SIGTERM, then SIGKILL, to the server's process group
+    let killed = Instant::now();
+    while !cli.output().contains("Endpoint timeout") && cli.running() && killed.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let seen = killed.elapsed();
+    let out = cli.output();
+    drop(cli);
+    assert!(out.contains("Endpoint timeout"), "no endpoint failure reported {seen:?} after the peer died:\n{out}");
+    assert!(seen < Duration::from_secs(15), "the failure took {seen:?}");
+}
+
 /// droce_ud is reliable: with 3% of the received frames dropped on both sides (DROCE_FAULTS),
 /// a ping-pong and a stream of active messages still complete (lost datagrams are sent again
 /// after the retransmission timeout, duplicates are dropped). Without the reliability layer the

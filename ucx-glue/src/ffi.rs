@@ -325,6 +325,12 @@ fn run_events(b: &IfaceBox, events: Vec<Event>) {
                 }
             }
             Event::EpFailed { ep_c, status } => {
+                let why = match (status == UCS_ERR_ENDPOINT_TIMEOUT, b.iface.kind) {
+                    (true, Kind::Ud) => "Endpoint timeout: no acknowledgement from the peer for 4 s",
+                    (true, Kind::Rc) => "Endpoint timeout: retries exhausted, the peer does not acknowledge",
+                    (false, _) => "a work request failed",
+                };
+                log(1, &format!("droce: {:?} endpoint {ep_c:#x} failed ({why}, status {status})", b.iface.kind));
                 // SAFETY: ep_c is the droce_ep_t* of a live endpoint of this interface.
                 unsafe { droce_c_ep_failed(b.iface.c as *mut c_void, ep_c as *mut c_void, status) };
             }

@@ -1324,6 +1324,7 @@ impl Iface {
             if !e.retx_at.is_some_and(|t| t <= now) {
                 continue;
             }
+            crate::trace!("ud timer: ep {id} {} unacked, {:?} since the last acknowledgement", e.unacked.len(), e.last_ack.map(|t| now.duration_since(t)));
             let (dest, last) = (e.ud, e.last_ack);
             if last.is_some_and(|t| now.duration_since(t) >= UD_FAIL_AFTER) {
                 let e = g.eps[id].as_mut().expect("checked above");
