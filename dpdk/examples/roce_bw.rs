@@ -1,7 +1,8 @@
 //! Rough engine throughput: two RoceDevices over a memif pair in ONE process, both polled by
 //! this thread (manual progress), so the figures are the cost of both ends on one core.
 //!
-//! `cargo run --release -p droce-dpdk --example roce_bw -- [write|send] [SIZE] [SECONDS] [alloc]`
+//! `cargo run --release -p droce-dpdk --example roce_bw -- [write|send|pingpong] [SIZE] [SECONDS] [alloc]`
+//! (`pingpong`: RC SEND ping-pong, CPU time per round trip of both sides' software path.)
 //! Prints goodput (Gbit/s), messages/s, frames/s and the thread's CPU time per message (from
 //! /proc/thread-self/schedstat: unlike rates, it hardly moves when other jobs share the CPU).
 //! Work requests are reused (`post_send_ref` / `post_recv_ref`, no allocation per post);
@@ -114,6 +115,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_sge(0, size as u32, mr0.lkey)
         .with_flags(SendFlags::SIGNALED);
     let mut rwr = RecvWr::new(0).with_sge(0, size as u32, mr1.lkey);
+    if mode == "pingpong" {
+        return pingpong(&mut devs, [(mr0, cq0, qp0), (mr1, cq1, qp1)], size, secs).map(|()| {
+            drop(devs);
+            drop(bufs);
+            drop(pool);
+            drop(eal);
+            let _ = std::fs::remove_dir_all(&dir);
+        });
+    }
     let cpu0 = thread_cpu_ns();
     let start = Instant::now();
     let deadline = Duration::from_secs_f64(secs);
@@ -190,6 +200,52 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(pool);
     drop(eal);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// RC SEND ping-pong of `size` bytes between the two devices on this thread (each polled
+/// once per loop turn, like two busy-polling processes interleaved): the CPU time per round
+/// trip is the software cost of both sides' critical path plus their idle polls.
+fn pingpong(devs: &mut [RoceDevice], res: [(droce_transport::verbs::MemoryRegion, droce_transport::verbs::CqHandle, droce_transport::qp::QpHandle); 2], size: usize, secs: f64) -> Result<(), Box<dyn std::error::Error>> {
+    let mut swr: Vec<SendWr> = (0..2).map(|i| SendWr::new(0, SendOpcode::Send).with_sge(res[i].0.va, size as u32, res[i].0.lkey)).collect();
+    let rwr: Vec<RecvWr> = (0..2).map(|i| RecvWr::new(0).with_sge(res[i].0.va + 4096, size as u32, res[i].0.lkey)).collect();
+    for i in 0..2 {
+        for _ in 0..4 {
+            verb(devs[i].device_mut().post_recv_ref(res[i].2, &rwr[i]))?;
+        }
+    }
+    let (mut rtts, mut polls) = (0u64, 0u64);
+    let cpu0 = thread_cpu_ns();
+    let start = Instant::now();
+    let deadline = Duration::from_secs_f64(secs);
+    verb(devs[0].device_mut().post_send_ref(res[0].2, &swr[0]))?;
+    while start.elapsed() < deadline {
+        for _ in 0..64 {
+            for i in 0..2 {
+                devs[i].poll();
+                polls += 1;
+                while let Some(wc) = verb(devs[i].device_mut().poll_cq_one(res[i].1))? {
+                    check(&wc)?;
+                    if wc.opcode == droce_transport::status::WcOpcode::Recv {
+                        verb(devs[i].device_mut().post_recv_ref(res[i].2, &rwr[i]))?;
+                        if i == 0 {
+                            rtts += 1;
+                        }
+                        swr[i].wr_id += 1;
+                        verb(devs[i].device_mut().post_send_ref(res[i].2, &swr[i]))?;
+                    }
+                }
+            }
+        }
+    }
+    let el = start.elapsed().as_secs_f64();
+    let cpu = thread_cpu_ns().saturating_sub(cpu0);
+    println!(
+        "pingpong {size} B: {rtts} round trips, {:.0} ns CPU per round trip (both sides, {:.1} polls each), wall {:.0} ns per round trip",
+        cpu as f64 / rtts.max(1) as f64,
+        polls as f64 / rtts.max(1) as f64,
+        el * 1e9 / rtts.max(1) as f64
+    );
     Ok(())
 }
 

@@ -1117,6 +1117,13 @@ impl<M: Memory> Device<M> {
         }
     }
 
+    /// Whether `poll_transmit` may have a frame: some QP is marked ready (false means it
+    /// certainly has none). Lets a poll loop skip buffer setup when idle.
+    #[inline]
+    pub fn tx_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// Write the next frame to send into `buf` (at least `max_frame_len()` bytes) and
     /// return its length. QPs with work take turns, one frame each.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
