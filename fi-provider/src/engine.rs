@@ -966,6 +966,9 @@ impl Engine {
         }
         self.host().dev().device_mut().post_recv_ref(qp, &self.rwr).map_err(|e| {
             use droce_transport::device::PostRecvError as P;
+            if debug() {
+                eprintln!("droce-fi: ep{id} post recv failed: {e:?}");
+            }
             match e {
                 P::QueueFull => fi::FI_EAGAIN,
                 P::InvalidState => fi::FI_EOPBADSTATE,

@@ -733,7 +733,12 @@ fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], dest: u64,
 }
 
 fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *mut c_void) -> isize {
-    let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
+    let Some(o) = ep_obj(ep) else {
+        if engine::debug() {
+            eprintln!("droce-fi: recv on a NULL endpoint");
+        }
+        return -(FI_EINVAL as isize);
+    };
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     if e.eps.get(&o.id).is_some_and(|x| x.qp.is_none()) {
         return -(FI_EOPBADSTATE as isize);
@@ -741,7 +746,12 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
     let mut tmp = Vec::new();
     let mut segs = match segments(&mut e, iov, desc, &mut tmp) {
         Ok(s) => s,
-        Err(x) => return -(x as isize),
+        Err(x) => {
+            if engine::debug() {
+                eprintln!("droce-fi: recv {iov:x?}: no memory registration ({x})");
+            }
+            return -(x as isize);
+        }
     };
     let total: u64 = iov.iter().map(|v| v.1).sum();
     let first = iov.first().map(|v| v.0).unwrap_or(0);
