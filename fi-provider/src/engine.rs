@@ -15,7 +15,7 @@ use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams, SidrEvent, SidrI
 use droce_dpdk::roce::RoceDevice;
 use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
-use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcFlags, WorkCompletion};
+use droce_transport::verbs::{CqHandle, PdHandle, SrqHandle, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcFlags, WorkCompletion};
 use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -210,8 +210,23 @@ pub struct Ep {
     /// The CM agent is done with this endpoint's connection (Disconnected, Rejected or
     /// TimedOut reported): its QP may be destroyed.
     pub cm_done: bool,
+    /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer is released once less than this is left.
+    pub min_multi_recv: u64,
     /// DGRAM bound to a port: the SIDR service (UDP port space) that names its QPN.
     pub sidr_service: Option<u64>,
+    /// The shared receive context bound (FI_EP_MSG): the QP takes its receives from its SRQ.
+    pub srx: Option<Id>,
+    /// The QP number once enabled (receives on a shared context find their endpoint by it).
+    pub qpn: Option<u32>,
+}
+
+/// A shared receive context (fi_srx_context): an SRQ that the MSG endpoints bound to it
+/// take their receives from.
+#[derive(Debug)]
+pub struct Srx {
+    pub fid: usize,
+    pub context: usize,
+    pub srq: SrqHandle,
 }
 
 /// How long a DGRAM send keeps asking a peer's CM for the QPN behind an IP + port (the peer
@@ -263,6 +278,24 @@ pub struct Op {
     /// payload is copied to the application's segments at completion.
     pub bounce: Option<Bounce>,
 }
+
+/// A multi-receive buffer posted with FI_MULTI_RECV: `off` bytes of `base..base+len` are filled.
+#[derive(Debug, Clone, Copy)]
+pub struct MultiRecv {
+    pub base: u64,
+    pub len: u64,
+    pub off: u64,
+    pub lkey: Lkey,
+}
+
+#[derive(Debug, Default)]
+pub struct MultiQueue {
+    pub posted: bool,
+    pub waiting: std::collections::VecDeque<(Seg, Op)>,
+}
+
+/// Default FI_OPT_MIN_MULTI_RECV (what the verbs provider uses).
+pub const MIN_MULTI_RECV: u64 = 64;
 
 /// A provider-owned receive area (registered while the receive is posted; its lkey is in
 /// the op's `tmp_mrs`).
@@ -386,6 +419,13 @@ pub struct Engine {
     pub avs: IdMap<Av>,
     pub eps: IdMap<Ep>,
     pub peps: IdMap<Pep>,
+    /// Multi-receive buffers by the work request id of their posted rest.
+    multi: HashMap<u64, MultiRecv, BuildHasherDefault<WrHasher>>,
+    /// Per endpoint: whether a multi-receive buffer is posted, and the ones waiting behind it.
+    multi_q: IdMap<MultiQueue>,
+    pub srxs: IdMap<Srx>,
+    /// SRQs of closed shared contexts still used by lingering QPs.
+    orphan_srqs: Vec<SrqHandle>,
     pub ops: OpMap,
     pub mrs: BTreeMap<u64, Vec<Mr>>,
     conns: HashMap<ConnId, Id>,
@@ -457,6 +497,10 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             avs: IdMap::default(),
             eps: IdMap::default(),
             peps: IdMap::default(),
+            multi: HashMap::default(),
+            multi_q: IdMap::default(),
+            srxs: IdMap::default(),
+            orphan_srqs: Vec::new(),
             ops: OpMap::default(),
             mrs: BTreeMap::new(),
             conns: HashMap::new(),
@@ -598,7 +642,10 @@ impl Engine {
                 rx_op_flags: 0,
                 prefix: true,
                 cm_done: false,
+                min_multi_recv: MIN_MULTI_RECV,
                 sidr_service: None,
+                srx: None,
+                qpn: None,
             },
         );
         id
@@ -619,6 +666,11 @@ impl Engine {
             return Err(fi::FI_ENOAV);
         }
         let pd = self.pd;
+        let srq = match ep.srx {
+            Some(s) if ty == EpType::Msg => Some(self.srxs.get(&s).ok_or(fi::FI_EINVAL)?.srq),
+            Some(_) => return Err(fi::FI_ENOSYS),
+            None => None,
+        };
         let mut h = self.host();
         let dev: &mut RoceDevice = h.dev();
         let cap = QpCap {
@@ -631,7 +683,7 @@ impl Engine {
         let qp_type = if ty == EpType::Msg { QpType::Rc } else { QpType::Ud };
         let qp = dev
             .device_mut()
-            .create_qp(QpInitAttr { qp_type, pd, send_cq, recv_cq, srq: None, cap, sq_sig_all: false })
+            .create_qp(QpInitAttr { qp_type, pd, send_cq, recv_cq, srq, cap, sq_sig_all: false })
             .map_err(|_| fi::FI_ENOMEM)?;
         let res = match ty {
             EpType::Msg => droce_dpdk::roce::cm::to_init(dev, qp).map_err(|_| fi::FI_EIO),
@@ -659,6 +711,7 @@ impl Engine {
         let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
         ep.qp = Some(qp);
         ep.sidr_service = sidr_service;
+        ep.qpn = Some(qpn);
         if ty == EpType::Dgram {
             ep.src.qpn = Some(qpn);
         }
@@ -674,6 +727,12 @@ impl Engine {
         if let (Some(c), ConnState::Connected | ConnState::Connecting | ConnState::Accepting) = (ep.conn, ep.state) {
             let (cm, dev) = h.cm_and_dev();
             let _ = cm.disconnect(dev, c);
+        }
+        // Acknowledgements the device holds for the next round (and the DREQ) leave now: an
+        // application that closes right after its last receive completion may exit next, and
+        // the peer's send would otherwise wait for an ACK that never comes.
+        for _ in 0..4 {
+            h.progress();
         }
         match (ep.qp, ep.conn) {
             (Some(qp), Some(c)) if !ep.cm_done => {
@@ -699,6 +758,50 @@ impl Engine {
                 }
             }
         }
+        if let Some(q) = self.multi_q.remove(&id) {
+            for (_, o) in q.waiting {
+                for l in o.tmp_mrs {
+                    self.remove_mr(l);
+                }
+            }
+        }
+        let ops = &self.ops;
+        self.multi.retain(|w, _| ops.contains_key(w));
+    }
+
+    /// A shared receive context: an SRQ of `size` receives.
+    pub fn open_srx(&mut self, fid: usize, context: usize, size: usize) -> Result<Id, Errno> {
+        let pd = self.pd;
+        let srq = self.host().dev().device_mut().create_srq(pd, size.clamp(1, info::RX_SIZE as usize), info::IOV_LIMIT as usize).map_err(|_| fi::FI_ENOMEM)?;
+        let id = self.fresh_id();
+        self.srxs.insert(id, Srx { fid, context, srq });
+        Ok(id)
+    }
+
+    /// Closes a shared receive context: its posted receives are dropped; the SRQ goes once
+    /// no QP uses it (closed endpoints' QPs can linger until their disconnect completes).
+    pub fn close_srx(&mut self, id: Id) {
+        let Some(s) = self.srxs.remove(&id) else { return };
+        let dead: Vec<u64> = self.ops.iter().filter(|(_, o)| o.ep == id).map(|(k, _)| *k).collect();
+        for k in dead {
+            if let Some(o) = self.ops.remove(&k) {
+                for l in o.tmp_mrs {
+                    self.remove_mr(l);
+                }
+            }
+        }
+        self.orphan_srqs.push(s.srq);
+        self.reap_srqs();
+    }
+
+    /// Destroys the SRQs of closed shared contexts that no QP uses any more.
+    fn reap_srqs(&mut self) {
+        if self.orphan_srqs.is_empty() {
+            return;
+        }
+        let mut h = self.host();
+        let d = h.dev().device_mut();
+        self.orphan_srqs.retain(|s| d.destroy_srq(*s).is_err() && d.srq(*s).is_some());
     }
 
     pub fn new_pep(&mut self, fid: usize, context: usize, src: EpAddr) -> Id {
@@ -955,16 +1058,65 @@ impl Engine {
         }
     }
 
+    /// A multi-receive buffer (FI_MULTI_RECV, FI_EP_MSG): one receive over the whole of `seg`;
+    /// each message that lands in it is reported at its offset, and the rest of the buffer
+    /// is posted again at once, until less than the endpoint's FI_OPT_MIN_MULTI_RECV is left
+    /// (that message's entry carries FI_MULTI_RECV: the buffer is the application's again).
+    /// RC consumes one posted receive per message, so a message that arrives before the rest
+    /// is posted again waits for the sender's RNR retry (a few hundred microseconds).
+    ///
+    /// Buffers fill in the order they were posted: only the first one has a receive posted,
+    /// the others wait in the provider until it is released.
+    pub fn post_multi_recv(&mut self, id: Id, seg: Seg, op: Op) -> Result<(), Errno> {
+        let q = self.multi_q.entry(id).or_default();
+        if q.posted {
+            q.waiting.push_back((seg, op));
+            return Ok(());
+        }
+        let w = self.post_recv_id(id, &[seg], op)?;
+        self.multi.insert(w, MultiRecv { base: seg.addr, len: seg.len, off: 0, lkey: seg.lkey });
+        self.multi_q.entry(id).or_default().posted = true;
+        Ok(())
+    }
+
+    /// The multi-receive buffer at the head of `id`'s queue was released: post the next.
+    fn next_multi_recv(&mut self, id: Id) {
+        let Some(q) = self.multi_q.get_mut(&id) else { return };
+        q.posted = false;
+        while let Some((seg, op)) = self.multi_q.get_mut(&id).and_then(|q| q.waiting.pop_front()) {
+            let tmp = op.tmp_mrs.clone();
+            if self.post_multi_recv(id, seg, op).is_ok() {
+                return;
+            }
+            for l in tmp {
+                self.remove_mr(l);
+            }
+        }
+    }
+
     pub fn post_recv(&mut self, id: Id, segs: &[Seg], op: Op) -> Result<(), Errno> {
-        let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
-        let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
+        self.post_recv_id(id, segs, op).map(|_| ())
+    }
+
+    /// post_recv returning the work request id.
+    fn post_recv_id(&mut self, id: Id, segs: &[Seg], op: Op) -> Result<u64, Errno> {
+        let target = match self.srxs.get(&id) {
+            Some(s) => Err(s.srq),
+            None => Ok(self.eps.get(&id).ok_or(fi::FI_EINVAL)?.qp.ok_or(fi::FI_EOPBADSTATE)?),
+        };
         let wr_id = self.wr_id();
         self.rwr.wr_id = wr_id;
         self.rwr.sg_list.clear();
         for s in segs {
             self.rwr.sg_list.push(Sge { addr: s.addr, length: s.len as u32, lkey: s.lkey });
         }
-        self.host().dev().device_mut().post_recv_ref(qp, &self.rwr).map_err(|e| {
+        let mut h = self.host();
+        let d = h.dev().device_mut();
+        match target {
+            Ok(qp) => d.post_recv_ref(qp, &self.rwr),
+            Err(srq) => d.post_srq_recv_ref(srq, &self.rwr),
+        }
+        .map_err(|e| {
             use droce_transport::device::PostRecvError as P;
             if debug() {
                 eprintln!("droce-fi: ep{id} post recv failed: {e:?}");
@@ -979,7 +1131,7 @@ impl Engine {
             eprintln!("droce-fi: ep{id} post recv len {} ctx {:#x}", op.len, op.context);
         }
         self.ops.insert(wr_id, op);
-        Ok(())
+        Ok(wr_id)
     }
 
     // ------------------------------------------------------------------ progress
@@ -1094,6 +1246,7 @@ impl Engine {
         if let CmAgentEvent::Disconnected { id } | CmAgentEvent::Rejected { id, .. } | CmAgentEvent::TimedOut { id } = &e {
             if let Some(qp) = self.zombies.remove(id) {
                 let _ = self.host().dev().device_mut().destroy_qp(qp);
+                self.reap_srqs();
                 return;
             }
             if let Some(ep) = self.conns.get(id).and_then(|x| self.eps.get_mut(x)) {
@@ -1169,7 +1322,40 @@ impl Engine {
         if debug() {
             eprintln!("droce-fi: wc {:?} {:?} len {} cq {cq:?} op {:?}", wc.status, wc.opcode, wc.byte_len, self.ops.get(&wc.wr_id).map(|o| (o.ep, o.kind, o.context)));
         }
-        let Some(op) = self.ops.remove(&wc.wr_id) else { return };
+        let Some(mut op) = self.ops.remove(&wc.wr_id) else { return };
+        // A multi-receive buffer: this message is reported at its offset; the rest of the
+        // buffer is posted again, or the buffer is released (FI_MULTI_RECV on this entry).
+        if let Some(mut m) = self.multi.remove(&wc.wr_id) {
+            op.buf = m.base + m.off;
+            let ok = wc.status == WcStatus::Success;
+            if ok {
+                m.off += wc.byte_len as u64;
+            }
+            let left = m.len.saturating_sub(m.off);
+            let min = self.eps.get(&op.ep).map(|e| e.min_multi_recv).unwrap_or(MIN_MULTI_RECV).max(1);
+            let mut again = None;
+            if ok && left >= min {
+                let next = Op { buf: m.base + m.off, len: left, tmp_mrs: Vec::new(), ..op.clone() };
+                if let Ok(w) = self.post_recv_id(op.ep, &[Seg { addr: m.base + m.off, len: left, lkey: m.lkey }], next) {
+                    // the buffer's registrations stay until it is released
+                    if let Some(n) = self.ops.get_mut(&w) {
+                        n.tmp_mrs = std::mem::take(&mut op.tmp_mrs);
+                    }
+                    again = Some(w);
+                }
+            }
+            match again {
+                Some(w) => {
+                    self.multi.insert(w, m);
+                }
+                None => {
+                    op.flags |= fi::FI_MULTI_RECV as u64;
+                    if ok {
+                        self.next_multi_recv(op.ep);
+                    }
+                }
+            }
+        }
         let mut bounce_len = None;
         if let (Some(b), WcStatus::Success, OpKind::Recv) = (&op.bounce, wc.status, op.kind) {
             // GRH first, then the datagram: copy the datagram into the application's buffers
@@ -1190,7 +1376,26 @@ impl Engine {
         for l in &op.tmp_mrs {
             self.remove_mr(*l);
         }
-        let Some(ep) = self.eps.get(&op.ep) else { return };
+        // A receive of a shared context completes for the endpoint whose QP took it.
+        let ep_id = if self.srxs.contains_key(&op.ep) {
+            self.eps.iter().find(|(_, e)| e.qpn == Some(wc.qp_num.value())).map(|(k, _)| *k).unwrap_or(op.ep)
+        } else {
+            op.ep
+        };
+        let Some(ep) = self.eps.get(&ep_id) else {
+            // a shared context's receive whose endpoint is gone: the CQ entry still counts
+            if self.srxs.contains_key(&op.ep) {
+                if let Some(cq) = cq.and_then(|c| self.cqs.get_mut(&c)) {
+                    let entry = CqEntry { op_context: op.context, flags: op.flags, len: wc.byte_len as u64, buf: op.buf, data: 0, src: ADDR_NOTAVAIL };
+                    if wc.status == WcStatus::Success {
+                        cq.q.push(entry);
+                    } else {
+                        cq.q.push_error(CqError { entry: CqEntry { len: 0, ..entry }, err: wc_errno(wc.status), prov_errno: wc.status.value() as i32, olen: 0 });
+                    }
+                }
+            }
+            return;
+        };
         let ok = wc.status == WcStatus::Success;
         let mut flags = op.flags;
         let mut len = op.len;

@@ -37,6 +37,7 @@ pub const MSG_CAPS: u64 = fi::FI_MSG as u64
     | fi::FI_WRITE as u64
     | fi::FI_REMOTE_READ as u64
     | fi::FI_REMOTE_WRITE as u64
+    | fi::FI_MULTI_RECV as u64
     | fi::FI_LOCAL_COMM
     | fi::FI_REMOTE_COMM;
 pub const DGRAM_CAPS: u64 =
@@ -63,7 +64,7 @@ pub const MSG_ORDER: u64 = (fi::FI_ORDER_SAS | fi::FI_ORDER_RAR | fi::FI_ORDER_R
 pub const DGRAM_ORDER: u64 = fi::FI_ORDER_SAS as u64;
 pub const DOMAIN_CAPS: u64 = fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM;
 const TX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64;
-const RX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 | fi::FI_SOURCE;
+const RX_CAPS: u64 = (fi::FI_MSG | fi::FI_RMA | fi::FI_ATOMIC | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64 | fi::FI_SOURCE | fi::FI_MULTI_RECV as u64;
 
 pub const MR_MODE_RMA: u32 = fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY;
 
@@ -140,7 +141,13 @@ pub struct Info {
     pub msg_order: u64,
     pub fabric_name: String,
     pub domain_name: String,
+    /// ep_attr tx/rx_ctx_cnt = FI_SHARED_CONTEXT (asked for in the hints; FI_EP_MSG only).
+    pub shared_tx: bool,
+    pub shared_rx: bool,
 }
+
+/// FI_SHARED_CONTEXT as an ep_attr tx/rx_ctx_cnt (SIZE_MAX).
+pub const SHARED_CONTEXT: u64 = u64::MAX;
 
 /// getinfo's inputs besides the hints.
 #[derive(Debug, Clone, Default)]
@@ -181,10 +188,12 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
             return Err(fi::FI_ENODATA);
         }
     }
-    // one transmit and one receive context per endpoint: no shared or scalable contexts
-    if h.tx_ctx_cnt > 1 || h.rx_ctx_cnt > 1 {
+    // One transmit and one receive context per endpoint, or shared ones (FI_EP_MSG only:
+    // an SRQ for the receive side); no scalable endpoints.
+    if (h.tx_ctx_cnt > 1 && h.tx_ctx_cnt != SHARED_CONTEXT) || (h.rx_ctx_cnt > 1 && h.rx_ctx_cnt != SHARED_CONTEXT) {
         return Err(fi::FI_ENODATA);
     }
+    let (shared_tx, shared_rx) = (h.tx_ctx_cnt == SHARED_CONTEXT, h.rx_ctx_cnt == SHARED_CONTEXT);
     if h.domain_caps & !DOMAIN_CAPS != 0 {
         return Err(fi::FI_ENODATA);
     }
@@ -272,6 +281,9 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if h.protocol != 0 && h.protocol != protocol {
             continue;
         }
+        if (shared_tx || shared_rx) && ep != EpType::Msg {
+            continue;
+        }
         // A UD endpoint is named by its QPN: fi_getname names carry it; a node/service
         // address has none, and the provider asks the peer's CM for it (SIDR: a DGRAM
         // endpoint bound to a port answers for that port).
@@ -326,6 +338,8 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
             msg_order: order,
             fabric_name: FABRIC_NAME.into(),
             domain_name: DOMAIN_NAME.into(),
+            shared_tx,
+            shared_rx,
         });
     }
     if out.is_empty() {
@@ -402,8 +416,14 @@ mod tests {
         assert_eq!(v[0].rx_caps & (fi::FI_SEND | fi::FI_READ | fi::FI_WRITE) as u64, 0);
         let h = Hints { domain_caps: fi::FI_SHARED_AV, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err());
-        let h = Hints { tx_ctx_cnt: u64::MAX, ..Default::default() };
-        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "shared contexts");
+        // shared contexts: FI_EP_MSG only, echoed in the answer
+        let h = Hints { tx_ctx_cnt: SHARED_CONTEXT, rx_ctx_cnt: SHARED_CONTEXT, ..Default::default() };
+        let v = getinfo(&q(), Some(&h), &local()).unwrap();
+        assert_eq!(v.iter().map(|i| (i.ep_type, i.shared_tx, i.shared_rx)).collect::<Vec<_>>(), vec![(EpType::Msg, true, true)]);
+        let h = Hints { ep_type: fi::FI_EP_DGRAM, rx_ctx_cnt: SHARED_CONTEXT, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "no shared contexts on DGRAM");
+        let v = getinfo(&q(), None, &local()).unwrap();
+        assert!(v.iter().all(|i| !i.shared_tx && !i.shared_rx), "not shared unless asked");
         let h = Hints { rx_ctx_cnt: 4, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err(), "scalable endpoints");
     }

@@ -103,8 +103,8 @@ static DOMAIN_OPS: fi_ops_domain = fi_ops_domain {
     scalable_ep: nosys!(fn(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, *mut c_void) -> c_int),
     cntr_open: Some(cntr_open),
     poll_open: nosys!(fn(*mut fid_domain, *mut fi_poll_attr, *mut *mut fid_poll) -> c_int),
-    stx_ctx: nosys!(fn(*mut fid_domain, *mut fi_tx_attr, *mut *mut fid_stx, *mut c_void) -> c_int),
-    srx_ctx: nosys!(fn(*mut fid_domain, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    stx_ctx: Some(super::ep::stx_open),
+    srx_ctx: Some(super::ep::srx_open),
     query_atomic: Some(super::ep::query_atomic),
     query_collective: nosys!(fn(*mut fid_domain, fi_collective_op, *mut fi_collective_attr, u64) -> c_int),
     endpoint2: nosys!(fn(*mut fid_domain, *mut fi_info, *mut *mut fid_ep, u64, *mut c_void) -> c_int),
@@ -326,10 +326,15 @@ unsafe extern "C" fn cq_open(_d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
         }
         let wait = a.map(|a| a.wait_obj).unwrap_or(FI_WAIT_NONE);
         let fd = match wait {
-            FI_WAIT_NONE => false,
+            // a wait set waits by progressing (fi_wait), like FI_WAIT_NONE's readers
+            FI_WAIT_NONE | FI_WAIT_SET => false,
             FI_WAIT_UNSPEC | FI_WAIT_FD => true,
             _ => return -(FI_ENOSYS as c_int),
         };
+        let set = a.map(|a| a.wait_set).unwrap_or(ptr::null_mut());
+        if wait == FI_WAIT_SET && set.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
         let mut e = match open_engine() {
             Ok(e) => e,
             Err(x) => return -(x as c_int),
@@ -338,6 +343,10 @@ unsafe extern "C" fn cq_open(_d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
             Ok(id) => id,
             Err(x) => return -(x as c_int),
         };
+        if wait == FI_WAIT_SET && !super::wait::join(set, id) {
+            let _ = e.close_cq(id);
+            return -(FI_EINVAL as c_int);
+        }
         drop(e);
         if fd {
             // Nothing else moves the device while an application sleeps on the descriptor.

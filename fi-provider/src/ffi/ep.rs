@@ -210,6 +210,143 @@ static PEP_EP_OPS: fi_ops_ep = fi_ops_ep {
     tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
 };
 
+// ---------------------------------------------------------------------------- shared contexts
+
+/// A shared receive context is an EpObj of class FI_CLASS_SRX_CTX whose id names an engine
+/// `Srx`: only the receive calls work on it.
+static SRX_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(srx_close),
+    bind: nosys!(fn(*mut fid, *mut fid, u64) -> c_int),
+    control: nosys!(fn(*mut fid, c_int, *mut c_void) -> c_int),
+    ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
+    tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
+    ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
+};
+
+static SRX_MSG_OPS: fi_ops_msg = fi_ops_msg {
+    size: std::mem::size_of::<fi_ops_msg>(),
+    recv: Some(recv),
+    recvv: Some(recvv),
+    recvmsg: Some(recvmsg),
+    send: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, fi_addr_t, *mut c_void) -> isize),
+    sendv: nosys!(fn(*mut fid_ep, *const iovec, *mut *mut c_void, usize, fi_addr_t, *mut c_void) -> isize),
+    sendmsg: nosys!(fn(*mut fid_ep, *const fi_msg, u64) -> isize),
+    inject: nosys!(fn(*mut fid_ep, *const c_void, usize, fi_addr_t) -> isize),
+    senddata: nosys!(fn(*mut fid_ep, *const c_void, usize, *mut c_void, u64, fi_addr_t, *mut c_void) -> isize),
+    injectdata: nosys!(fn(*mut fid_ep, *const c_void, usize, u64, fi_addr_t) -> isize),
+};
+
+static NOSYS_EP_OPS: fi_ops_ep = fi_ops_ep {
+    size: std::mem::size_of::<fi_ops_ep>(),
+    cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
+    getopt: nosys!(fn(fid_t, c_int, c_int, *mut c_void, *mut usize) -> c_int),
+    setopt: nosys!(fn(fid_t, c_int, c_int, *const c_void, usize) -> c_int),
+    tx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
+    rx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+    tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
+};
+
+pub(crate) unsafe extern "C" fn srx_open(_d: *mut fid_domain, attr: *mut fi_rx_attr, out: *mut *mut fid_ep, context: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        if out.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        let size = opt(attr).map(|a| a.size).filter(|&n| n > 0).unwrap_or(pinfo::RX_SIZE as usize);
+        let mut e = match engine_or(-(FI_ENODEV as c_int)) {
+            Ok(e) => e,
+            Err(x) => return x,
+        };
+        let raw = Box::into_raw(Box::new(EpObj {
+            e: fid_ep {
+                fid: fid { fclass: FI_CLASS_SRX_CTX as usize, context, ops: ops_ptr(&SRX_FI_OPS) },
+                ops: ops_ptr(&NOSYS_EP_OPS),
+                cm: ptr::null_mut(),
+                msg: ops_ptr(&SRX_MSG_OPS),
+                rma: ptr::null_mut(),
+                tagged: ptr::null_mut(),
+                atomic: ptr::null_mut(),
+                collective: ptr::null_mut(),
+            },
+            id: 0,
+        }));
+        match e.open_srx(raw as usize, context as usize, size) {
+            Ok(id) => {
+                // SAFETY: raw is the fresh EpObj; out checked.
+                unsafe {
+                    (*raw).id = id;
+                    *out = raw as *mut fid_ep;
+                }
+                0
+            }
+            Err(x) => {
+                // SAFETY: raw came from Box::into_raw above and was not handed out.
+                drop(unsafe { Box::from_raw(raw) });
+                -(x as c_int)
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn srx_close(f: *mut fid) -> c_int {
+    guard(EOTHER_I, || {
+        if f.is_null() {
+            return 0;
+        }
+        // SAFETY: f is the fid of an srx EpObj from srx_open; freed once here.
+        let b = unsafe { Box::from_raw(f as *mut EpObj) };
+        if let Some(mut e) = engine::engine_if_open() {
+            e.close_srx(b.id);
+        }
+        0
+    })
+}
+
+/// A shared transmit context: an object endpoints can bind (see ep_bind), no state.
+#[repr(C)]
+pub(crate) struct StxObj {
+    s: fid_stx,
+    id: Id,
+}
+const _: () = assert!(std::mem::offset_of!(StxObj, s) == 0);
+
+static STX_FI_OPS: fi_ops = fi_ops {
+    size: std::mem::size_of::<fi_ops>(),
+    close: Some(stx_close),
+    bind: nosys!(fn(*mut fid, *mut fid, u64) -> c_int),
+    control: nosys!(fn(*mut fid, c_int, *mut c_void) -> c_int),
+    ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
+    tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
+    ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
+};
+
+pub(crate) unsafe extern "C" fn stx_open(_d: *mut fid_domain, _attr: *mut fi_tx_attr, out: *mut *mut fid_stx, context: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        if out.is_null() {
+            return -(FI_EINVAL as c_int);
+        }
+        let id = match engine_or(-(FI_ENODEV as c_int)) {
+            Ok(mut e) => e.fresh_id(),
+            Err(x) => return x,
+        };
+        let raw = Box::into_raw(Box::new(StxObj { s: fid_stx { fid: fid { fclass: FI_CLASS_STX_CTX as usize, context, ops: ops_ptr(&STX_FI_OPS) }, ops: ops_ptr(&NOSYS_EP_OPS) }, id }));
+        // SAFETY: out checked.
+        unsafe { *out = raw as *mut fid_stx };
+        0
+    })
+}
+
+unsafe extern "C" fn stx_close(f: *mut fid) -> c_int {
+    guard(EOTHER_I, || {
+        if !f.is_null() {
+            // SAFETY: f is the fid of an StxObj from stx_open; freed once here.
+            drop(unsafe { Box::from_raw(f as *mut StxObj) });
+        }
+        0
+    })
+}
+
 // ---------------------------------------------------------------------------- open/close
 
 fn engine_or<R>(err: R) -> Result<std::sync::MutexGuard<'static, Engine>, R> {
@@ -302,6 +439,8 @@ fn bound_id(f: *mut fid) -> Option<(u32, Id)> {
             FI_CLASS_EQ => (*(f as *const EqObj)).id,
             FI_CLASS_CNTR => (*(f as *const CntrObj)).id,
             FI_CLASS_AV => (*(f as *const AvObj)).id,
+            FI_CLASS_SRX_CTX => (*(f as *const EpObj)).id,
+            FI_CLASS_STX_CTX => (*(f as *const StxObj)).id,
             _ => return None,
         }
     };
@@ -314,7 +453,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
         let Some((class, id)) = bound_id(bfid) else { return -(FI_EINVAL as c_int) };
         let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
         let Some(ep) = e.eps.get_mut(&o.id) else { return -(FI_EINVAL as c_int) };
-        if ep.qp.is_some() && class == FI_CLASS_CQ {
+        if ep.qp.is_some() && matches!(class, FI_CLASS_CQ | FI_CLASS_SRX_CTX) {
             return -(FI_EOPBADSTATE as c_int);
         }
         let sel = flags & FI_SELECTIVE_COMPLETION != 0;
@@ -334,6 +473,12 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
             }
             FI_CLASS_EQ => ep.eq = Some(id),
             FI_CLASS_AV => ep.av = Some(id),
+            // Shared contexts are FI_EP_MSG only (getinfo offers them there). A shared
+            // transmit context adds nothing over the endpoint's own send queue: the
+            // endpoint keeps posting to its QP and completing to its own bindings.
+            FI_CLASS_SRX_CTX if ep.ty == pinfo::EpType::Msg => ep.srx = Some(id),
+            FI_CLASS_STX_CTX if ep.ty == pinfo::EpType::Msg => {}
+            FI_CLASS_SRX_CTX | FI_CLASS_STX_CTX => return -(FI_ENOSYS as c_int),
             FI_CLASS_CNTR => {
                 let c = &mut ep.cntrs;
                 if flags & FI_SEND as u64 != 0 {
@@ -389,7 +534,7 @@ unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -
     })
 }
 
-unsafe extern "C" fn getopt(_f: fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> c_int {
+unsafe extern "C" fn getopt(f: fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> c_int {
     guard(EOTHER_I, || {
         if level as u32 != FI_OPT_ENDPOINT {
             return -(FI_ENOPROTOOPT as c_int);
@@ -408,12 +553,47 @@ unsafe extern "C" fn getopt(_f: fid_t, level: c_int, optname: c_int, optval: *mu
             }
             return 0;
         }
+        if optname as u32 == FI_OPT_MIN_MULTI_RECV {
+            let Some(o) = ep_obj(f as *const fid_ep).filter(|_| opt(f).is_some_and(|x| x.fclass as u32 == FI_CLASS_EP)) else { return -(FI_ENOPROTOOPT as c_int) };
+            let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+            let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as c_int) };
+            if optval.is_null() || optlen.is_null() {
+                return -(FI_EINVAL as c_int);
+            }
+            // SAFETY: FI_OPT_MIN_MULTI_RECV takes a size_t* and its length.
+            unsafe {
+                if *optlen < std::mem::size_of::<usize>() {
+                    return -(FI_ETOOSMALL as c_int);
+                }
+                *(optval as *mut usize) = x.min_multi_recv as usize;
+                *optlen = std::mem::size_of::<usize>();
+            }
+            return 0;
+        }
         -(FI_ENOPROTOOPT as c_int)
     })
 }
 
-unsafe extern "C" fn setopt(_f: fid_t, _level: c_int, _optname: c_int, _optval: *const c_void, _optlen: usize) -> c_int {
-    guard(EOTHER_I, || -(FI_ENOPROTOOPT as c_int))
+unsafe extern "C" fn setopt(f: fid_t, level: c_int, optname: c_int, optval: *const c_void, optlen: usize) -> c_int {
+    guard(EOTHER_I, || {
+        if level as u32 != FI_OPT_ENDPOINT || optname as u32 != FI_OPT_MIN_MULTI_RECV {
+            return -(FI_ENOPROTOOPT as c_int);
+        }
+        let Some(o) = ep_obj(f as *const fid_ep).filter(|_| opt(f).is_some_and(|x| x.fclass as u32 == FI_CLASS_EP)) else { return -(FI_ENOPROTOOPT as c_int) };
+        if optval.is_null() || optlen < std::mem::size_of::<usize>() {
+            return -(FI_EINVAL as c_int);
+        }
+        // SAFETY: FI_OPT_MIN_MULTI_RECV takes a size_t* and its length (checked).
+        let v = unsafe { *(optval as *const usize) } as u64;
+        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        match e.eps.get_mut(&o.id) {
+            Some(x) => {
+                x.min_multi_recv = v;
+                0
+            }
+            None => -(FI_EINVAL as c_int),
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------- passive ep
@@ -732,7 +912,8 @@ fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], dest: u64,
     ret_ssize(r)
 }
 
-fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *mut c_void) -> isize {
+/// `flags`: fi_recvmsg's (None: the endpoint's receive op_flags).
+fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *mut c_void, flags: Option<u64>) -> isize {
     let Some(o) = ep_obj(ep) else {
         if engine::debug() {
             eprintln!("droce-fi: recv on a NULL endpoint");
@@ -743,12 +924,27 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
     if e.eps.get(&o.id).is_some_and(|x| x.qp.is_none()) {
         return -(FI_EOPBADSTATE as isize);
     }
+    let multi = e.eps.get(&o.id).is_some_and(|x| x.ty == pinfo::EpType::Msg && flags.unwrap_or(x.rx_op_flags) & FI_MULTI_RECV as u64 != 0);
+    if multi && iov.len() != 1 {
+        // one buffer that successive messages fill
+        return -(FI_EINVAL as isize);
+    }
     let mut tmp = Vec::new();
-    let mut segs = match segments(&mut e, iov, desc, &mut tmp) {
+    // A NULL buffer takes no data (fabtests' shared_ctx posts NULL receives for zero-byte
+    // messages): it gets no scatter entry, so only a message that fits the rest arrives,
+    // longer ones complete with FI_ETRUNC.
+    let kept: (Vec<(u64, u64)>, Vec<*mut c_void>);
+    let (iov_used, desc_used) = if iov.iter().any(|v| v.0 == 0 && v.1 != 0) {
+        kept = iov.iter().enumerate().filter(|(_, v)| v.0 != 0).map(|(i, v)| (*v, desc.get(i).copied().unwrap_or(ptr::null_mut()))).unzip();
+        (&kept.0[..], &kept.1[..])
+    } else {
+        (iov, desc)
+    };
+    let mut segs = match segments(&mut e, iov_used, desc_used, &mut tmp) {
         Ok(s) => s,
         Err(x) => {
             if engine::debug() {
-                eprintln!("droce-fi: recv {iov:x?}: no memory registration ({x})");
+                eprintln!("droce-fi: recv {iov_used:x?}: no memory registration ({x})");
             }
             return -(x as isize);
         }
@@ -775,7 +971,14 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
         bounce = Some(engine::Bounce { area, user: iov.to_vec() });
     }
     let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone(), bounce };
-    let r = e.post_recv(o.id, segs.as_slice(), op);
+    let r = if multi {
+        match segs.as_slice() {
+            [s] => e.post_multi_recv(o.id, *s, op),
+            _ => Err(FI_EINVAL),
+        }
+    } else {
+        e.post_recv(o.id, segs.as_slice(), op)
+    };
     if r.is_err() {
         for l in tmp {
             e.remove_mr(l);
@@ -785,17 +988,17 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
 }
 
 unsafe extern "C" fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, desc: *mut c_void, _src: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_rx(ep, &[(buf as u64, len as u64)], &[desc], context))
+    guard(EOTHER_S, || post_rx(ep, &[(buf as u64, len as u64)], &[desc], context, None))
 }
 
 unsafe extern "C" fn recvv(ep: *mut fid_ep, iov: *const iovec, desc: *mut *mut c_void, count: usize, _src: fi_addr_t, context: *mut c_void) -> isize {
-    guard(EOTHER_S, || post_rx(ep, &iovs(iov, count), &descs(desc, count), context))
+    guard(EOTHER_S, || post_rx(ep, &iovs(iov, count), &descs(desc, count), context, None))
 }
 
-unsafe extern "C" fn recvmsg(ep: *mut fid_ep, msg: *const fi_msg, _flags: u64) -> isize {
+unsafe extern "C" fn recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> isize {
     guard(EOTHER_S, || {
         let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
-        post_rx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.context)
+        post_rx(ep, &iovs(m.msg_iov, m.iov_count), &descs(m.desc, m.iov_count), m.context, Some(flags))
     })
 }
 

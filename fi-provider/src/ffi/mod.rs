@@ -10,6 +10,7 @@ pub mod sys {
 
 mod domain;
 mod ep;
+mod wait;
 
 use crate::addr::EpAddr;
 use crate::engine::{self, Errno};
@@ -245,8 +246,8 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         e.max_order_raw_size = i.max_msg_size as usize;
         e.max_order_war_size = i.max_msg_size as usize;
         e.max_order_waw_size = i.max_msg_size as usize;
-        e.tx_ctx_cnt = 1;
-        e.rx_ctx_cnt = 1;
+        e.tx_ctx_cnt = if i.shared_tx { FI_SHARED_CONTEXT as usize } else { 1 };
+        e.rx_ctx_cnt = if i.shared_rx { FI_SHARED_CONTEXT as usize } else { 1 };
         let d = &mut *f.domain_attr;
         d.name = strdup(&i.domain_name);
         d.threading = i.threading;
@@ -263,6 +264,10 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         d.rx_ctx_cnt = 4096;
         d.max_ep_tx_ctx = 1;
         d.max_ep_rx_ctx = 1;
+        // shared contexts (fi_stx_context / fi_srx_context) on FI_EP_MSG endpoints
+        let shared = if i.ep_type == info::EpType::Msg { 1 } else { 0 };
+        d.max_ep_stx_ctx = shared;
+        d.max_ep_srx_ctx = shared;
         d.cntr_cnt = 1024;
         d.mr_iov_limit = 1;
         d.caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
@@ -319,8 +324,15 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
                         free_info(head);
                         return -(FI_ENOMEM as c_int);
                     }
-                    // SAFETY: p is a fresh fi_info.
+                    // SAFETY: p is a fresh fi_info; hints (if any) is the caller's.
                     unsafe {
+                        // FI_MULTI_RECV asked as a receive op flag becomes the endpoints'
+                        // default (fi_recv then posts a multi-receive buffer)
+                        if let Some(r) = opt(hints).and_then(|x| opt(x.rx_attr)) {
+                            if (*p).caps & FI_MULTI_RECV as u64 != 0 {
+                                (*(*p).rx_attr).op_flags |= r.op_flags & FI_MULTI_RECV as u64;
+                            }
+                        }
                         (*p).next = head;
                         if let Some(ph) = pep_handle {
                             (*p).handle = ph;
@@ -399,7 +411,7 @@ static FABRIC_OPS: fi_ops_fabric = fi_ops_fabric {
     domain: Some(domain::domain_open),
     passive_ep: Some(ep::pep_open),
     eq_open: Some(domain::eq_open),
-    wait_open: nosys!(fn(*mut fid_fabric, *mut fi_wait_attr, *mut *mut fid_wait) -> c_int),
+    wait_open: Some(wait::wait_open),
     trywait: Some(trywait),
     domain2: nosys!(fn(*mut fid_fabric, *mut fi_info, *mut *mut fid_domain, u64, *mut c_void) -> c_int),
 };
