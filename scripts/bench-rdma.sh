@@ -9,7 +9,9 @@
 #            at 1082 B                                                           target >= 0.8
 #   send_bw  64 B (122-byte frames): message rate vs raw pps at 122 B             target >= 0.5
 #   send_lat / write_lat 8 B: t_typical (half round trip, perftest's definition) vs
-#            fi_pingpong -p tcp -S 8 usec/xfer on 127.0.0.1
+#            fi_pingpong -p tcp -S 8 usec/xfer on 127.0.0.1, and vs the raw memif floor of the
+#            same round: half the median round trip of one 122-byte frame bounced by
+#            dpdk/examples/burst_bench (`ping` against `io`, same CPUs; no RoCE processing)
 #
 # The machine this runs on is shared (2 vCPUs, other jobs): the raw limit moves by 2-5x from one
 # minute to the next. So every round measures raw memif right before AND right after each
@@ -18,18 +20,24 @@
 #
 # Layout: server/receiver pinned to CPU 0, client/sender to CPU 1; each has one polling lcore.
 # Usage: scripts/bench-rdma.sh
-# Env: DROCE_PMD=path (default: release build), ROUNDS (3), N_BW (20000), N_MSG (1000000),
+# Env: DROCE_PMD=path (default: release build), BURST_BENCH=path (default: release build of
+#      dpdk/examples/burst_bench), ROUNDS (3), N_BW (20000), N_MSG (1000000),
 #      N_LAT (20000), N_FI (2000), RAW_WINDOW (3 s of raw samples after 1 s warm-up),
 #      TESTPMD (/usr/bin/dpdk-testpmd), LAT=0 to skip the latency tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 if [ -z "${DROCE_PMD:-}" ]; then
-  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
   cargo build --release -q -p droce-pmd
   DROCE_PMD="${CARGO_TARGET_DIR:-target}/release/droce-pmd"
 fi
 export DROCE_PMD
+LAT=${LAT:-1}
+if [ -z "${BURST_BENCH:-}" ] && [ "$LAT" = 1 ]; then
+  cargo build --release -q -p droce-dpdk --example burst_bench
+  BURST_BENCH="${CARGO_TARGET_DIR:-target}/release/examples/burst_bench"
+fi
 TESTPMD=${TESTPMD:-/usr/bin/dpdk-testpmd}
 [ -x "$TESTPMD" ] || { echo "bench-rdma: $TESTPMD not found: apt-get install dpdk" >&2; exit 1; }
 ROUNDS=${ROUNDS:-3}
@@ -38,7 +46,6 @@ N_MSG=${N_MSG:-1000000}
 N_LAT=${N_LAT:-20000}
 N_FI=${N_FI:-2000}
 RAW_WINDOW=${RAW_WINDOW:-3}
-LAT=${LAT:-1}
 CPU_S=0
 CPU_C=$(( $(nproc) > 1 ? 1 : 0 ))
 TMP=$(mktemp -d /tmp/droce-bench-rdma.XXXXXX)
@@ -93,6 +100,21 @@ rdma() {
   wait "$sp" || { echo "bench-rdma: $test server failed:" >&2; tail -5 "$TMP/$test.s" >&2; }
   rm -rf "${RUNDIR:?}/s-$tag" "${RUNDIR:?}/c-$tag"
 }
+# raw memif floor: half the median round trip (us) of one 122-byte frame, burst_bench ping
+# (client, CPU_C) against burst_bench io (server, CPU_S): what memif alone costs per one-way trip
+memif_ping() {
+  local tag="ping-$$-$RANDOM" out
+  timeout 30 "$BURST_BENCH" -l $CPU_S "${EAL[@]}" --file-prefix="s-$tag" --vdev="net_memif0,role=server,socket=$TMP/$tag.sock" \
+    -- io 6 >/dev/null 2>&1 &
+  local sp=$!
+  PIDS+=("$sp")
+  sleep 1
+  out=$(timeout 30 "$BURST_BENCH" -l $CPU_C "${EAL[@]}" --file-prefix="c-$tag" --vdev="net_memif0,role=client,socket=$TMP/$tag.sock" \
+    -- ping 3 122 2>/dev/null | sed -n 's/.*half round trip median \([0-9.]*\) us.*/\1/p')
+  wait "$sp" 2>/dev/null || true
+  rm -rf "${RUNDIR:?}/s-$tag" "${RUNDIR:?}/c-$tag"
+  echo "${out:-0}"
+}
 # field N of the row after the column header line (0 when missing)
 field_after() { { grep -A1 "$2" "$1" 2>/dev/null | tail -1 | awk -v n="$3" '{ print ($n == "" ? 0 : $n) }'; } || echo 0; }
 # median and spread of the numbers on stdin: "median (min-max)"
@@ -101,8 +123,8 @@ stats() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit }
 
 echo "# droce-pmd RDMA over memif vs raw memif (dpdk-testpmd) and fi_pingpong tcp, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $ROUNDS rounds"
-echo "# round | load | raw 1082 B Mpps before/after | write_bw MB/s | ratio | raw 122 B Mpps before/after | send_bw Mpps | ratio | send_lat us | write_lat us"
-: >"$TMP/wr"; : >"$TMP/sr"; : >"$TMP/wb"; : >"$TMP/sb"; : >"$TMP/sl"; : >"$TMP/wl"
+echo "# round | load | raw 1082 B Mpps before/after | write_bw MB/s | ratio | raw 122 B Mpps before/after | send_bw Mpps | ratio | send_lat us | write_lat us | memif floor us"
+: >"$TMP/wr"; : >"$TMP/sr"; : >"$TMP/wb"; : >"$TMP/sb"; : >"$TMP/sl"; : >"$TMP/wl"; : >"$TMP/mf"
 for ((r = 1; r <= ROUNDS; r++)); do
   load=$(cut -d' ' -f1 /proc/loadavg)
   a=$(raw 1082)
@@ -113,8 +135,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   rdma send_bw -s 64 -n "$N_MSG" --no-stats
   d=$(raw 122)
   sb=$(field_after "$TMP/send_bw.c" "BW average" 5)
-  sl=-; wl=-
+  sl=-; wl=-; mf=-
   if [ "$LAT" = 1 ]; then
+    mf=$(memif_ping)
+    echo "$mf" >>"$TMP/mf"
     rdma send_lat -s 8 -n "$N_LAT" --no-stats
     rdma write_lat -s 8 -n "$N_LAT" --no-stats
     sl=$(field_after "$TMP/send_lat.c" "t_typical" 5)
@@ -126,8 +150,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   sr=$(awk -v s="$sb" -v c="$c" -v d="$d" 'BEGIN { r = (c + d) / 2; printf "%.3f", (r > 0 ? s * 1e6 / r : 0) }')
   echo "$wr" >>"$TMP/wr"; echo "$sr" >>"$TMP/sr"
   awk -v w="$wb" 'BEGIN { printf "%.1f\n", w * 1048576 / 1e6 }' >>"$TMP/wb"; echo "$sb" >>"$TMP/sb"
-  awk -v r="$r" -v l="$load" -v a="$a" -v b="$b" -v wb="$wb" -v wr="$wr" -v c="$c" -v d="$d" -v sb="$sb" -v sr="$sr" -v sl="$sl" -v wl="$wl" \
-    'BEGIN { printf "# %d | %s | %.3f / %.3f | %.0f | %.2f | %.3f / %.3f | %.3f | %.2f | %s | %s\n", r, l, a / 1e6, b / 1e6, wb * 1048576 / 1e6, wr, c / 1e6, d / 1e6, sb, sr, sl, wl }'
+  awk -v r="$r" -v l="$load" -v a="$a" -v b="$b" -v wb="$wb" -v wr="$wr" -v c="$c" -v d="$d" -v sb="$sb" -v sr="$sr" -v sl="$sl" -v wl="$wl" -v mf="$mf" \
+    'BEGIN { printf "# %d | %s | %.3f / %.3f | %.0f | %.2f | %.3f / %.3f | %.3f | %.2f | %s | %s | %s\n", r, l, a / 1e6, b / 1e6, wb * 1048576 / 1e6, wr, c / 1e6, d / 1e6, sb, sr, sl, wl, mf }'
 done
 
 FI="-"
@@ -157,4 +181,5 @@ printf "| send_bw 64 B msg rate | %s Mpps | %s | >= 0.5 |\n" "$(stats <"$TMP/sb"
 if [ "$LAT" = 1 ]; then
   printf "| send_lat 8 B t_typical | %s us | fi_pingpong tcp %s us/xfer | report |\n" "$(stats <"$TMP/sl")" "$FI"
   printf "| write_lat 8 B t_typical | %s us | fi_pingpong tcp %s us/xfer | report |\n" "$(stats <"$TMP/wl")" "$FI"
+  printf "| raw memif floor: half round trip of one 122 B frame (burst_bench ping/io) | %s us | - | the bound under send_lat/write_lat |\n" "$(stats <"$TMP/mf")"
 fi

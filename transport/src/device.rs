@@ -1,6 +1,8 @@
 //! The device: owns the verbs tables, routes received frames to QPs by destination QPN,
 //! keeps the timer heap, schedules transmission round robin among QPs with work, and
 //! counts. Driven sans-IO: `handle_rx`, `poll_transmit`, `poll_timeout`, `handle_timeout`.
+//! For latency, a poll loop may use `poll_transmit_data` right after RX (plain ACKs wait for
+//! the next `poll_transmit`, behind the application's reply) and `tx_ready` to skip idle TX.
 //!
 //! ```
 //! use droce_transport::{Device, DeviceConfig, Gid, Instant, VecMemory};

@@ -18,7 +18,8 @@
 //!             post_send_ref(qp, &wr) / post_recv_ref / post_srq_recv_ref: the same with a
 //!             work request the caller keeps and reuses (its SGEs are copied: no allocation
 //!             per post, the fast path)
-//! progress:   poll() -> Work (one RX burst, timers, TX up to tx_burst frames); now()
+//! progress:   poll() -> Work (TX of what was posted, then of the ACKs held from the last
+//!             round; one RX burst; timers; TX of what RX/timers made sendable); now()
 //! window:     on a memif port at path MTU 1024 the default max_unacked_psns becomes
 //!             MEMIF_WINDOW (1024); elsewhere rxe's 128 (see MEMIF_WINDOW)
 //!             EngineThread::spawn(dev, cqs) for auto progress (see `thread`)
