@@ -1166,9 +1166,11 @@ impl Engine {
 
     /// The datapath step of CQ and counter reads: the device every call, the CM agent only
     /// every `CM_POLL_EVERY`-th call (it answers MADs and runs its timers a few calls late;
-    /// connection setup is driven by EQ reads, which poll it every time), and it returns as
-    /// soon as work completions are there (frames a round queued for the next, e.g. ACKs,
-    /// leave at the next call or post).
+    /// connection setup is driven by EQ reads, which poll it every time). Like the full step
+    /// it runs the device until idle (bounded): the engine holds ACKs for the next round, and
+    /// a reader that returned at the first completion left them held until its next call,
+    /// which an application that stops polling never makes (fi_pingpong 1 MiB then ended
+    /// in the peer's retry-exceeded).
     pub fn progress_datapath(&mut self) -> bool {
         self.step(false)
     }
@@ -1203,7 +1205,7 @@ impl Engine {
                     }
                 }
             }
-            if !w || (!full && !wcs.is_empty()) {
+            if !w {
                 break;
             }
         }
