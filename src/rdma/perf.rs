@@ -124,6 +124,9 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let client = !o.is_server();
     let side = if client { "client" } else { "server" };
     let dev = setup.dev.manual()?;
+    // The test loops keep polling (the TCP exchanges progress the device too, and close()
+    // flushes): ACKs may wait one poll, behind the replies (RoceConfig::hold_acks).
+    dev.set_hold_acks(true);
     let dev_mtu = mtu_of(dev.path_mtu());
     let want = o.mtu.unwrap_or(dev_mtu.min(1024)).min(dev_mtu);
     let local_code = exchange::mtu_code(want).ok_or("bad MTU")?;
@@ -390,6 +393,9 @@ fn xchg_reports(ctrl: &mut Ctrl, dv: &mut Dev, mine: &BwReport) -> R<BwReport> {
 
 /// `ctx_close_connection`: one more handshake, then "done".
 fn close(r: &Run, ctrl: &mut Ctrl, dv: &mut Dev) -> R<()> {
+    if let Ok(d) = dv.manual() {
+        d.flush();
+    }
     ctrl.xchg(&r.key(0).encode(), dv, "the closing handshake")?;
     ctrl.write(DONE, dv)
 }
