@@ -283,6 +283,12 @@ struct Ep {
     retx_at: Option<Instant>,
     /// UD: since when the endpoint waits for an acknowledgement that makes progress.
     last_ack: Option<Instant>,
+    /// UD: acknowledgements in a row that repeated the last one (the peer saw a gap).
+    dup_acks: u8,
+    /// UD: a fast retransmission is due at the next timer check (at most one per timeout).
+    fast_retx: bool,
+    /// UD: a fast retransmission was made since the last acknowledgement that made progress.
+    fast_done: bool,
 }
 
 impl Ep {
@@ -306,6 +312,9 @@ impl Ep {
             unacked: VecDeque::new(),
             retx_at: None,
             last_ack: None,
+            dup_acks: 0,
+            fast_retx: false,
+            fast_done: false,
         }
     }
     fn flushed_below(&self, target: u64) -> bool {
@@ -357,6 +366,8 @@ struct Inner {
     tick: u32,
     /// UD: datagrams sent again (DROCE_UCX_STATS).
     retransmits: u64,
+    /// UD: an endpoint has a fast retransmission due.
+    ud_fast: bool,
 }
 
 /// One UCT interface.
@@ -429,6 +440,7 @@ impl Iface {
             ep_gen: 0,
             tick: 0,
             retransmits: 0,
+            ud_fast: false,
         };
         match kind {
             Kind::Rc => {
@@ -1123,7 +1135,8 @@ impl Iface {
                 self.ud_send_acks(&mut g, &mut h);
             }
             g.tick = g.tick.wrapping_add(1);
-            if g.tick % UD_TIMER_EVERY == 0 && g.eps.iter().flatten().any(|e| !e.unacked.is_empty() && e.failed.is_none()) {
+            if g.ud_fast || g.tick % UD_TIMER_EVERY == 0 && g.eps.iter().flatten().any(|e| !e.unacked.is_empty() && e.failed.is_none()) {
+                g.ud_fast = false;
                 self.ud_timers(&mut g, &mut h, &mut ev);
             }
         }
@@ -1269,11 +1282,25 @@ impl Iface {
                 Self::retire(g, slot, op, UCS_OK, true, ev);
             }
         }
+        // the sequence number of the oldest unacknowledged datagram
+        let front = g.eps[id].as_ref().and_then(|e| e.unacked.front()).and_then(|&s| g.ops[s as usize]).map(|o| o.seq as u32);
+        let Some(e) = g.eps[id].as_mut() else { return };
         if progressed {
             // the next timer check re-arms from scratch (no clock read on this path)
-            if let Some(e) = g.eps[id].as_mut() {
-                e.last_ack = None;
-                e.retx_at = None;
+            e.last_ack = None;
+            e.retx_at = None;
+            e.dup_acks = 0;
+            e.fast_done = false;
+        } else if front.is_some_and(|f| f.wrapping_sub(1) == ack_seq) && !e.fast_done {
+            // The peer repeats its acknowledgement: it received something past a gap (or a
+            // duplicate). Two in a row: send the unacknowledged datagrams again at the next
+            // timer check instead of after the full timeout (once per timeout period).
+            e.dup_acks = e.dup_acks.saturating_add(1);
+            if e.dup_acks >= 2 {
+                e.fast_retx = true;
+                e.fast_done = true;
+                e.dup_acks = 0;
+                g.ud_fast = true;
             }
         }
     }
@@ -1315,13 +1342,15 @@ impl Iface {
             if e.failed.is_some() || e.unacked.is_empty() {
                 continue;
             }
-            if e.retx_at.is_none() {
+            let fast = std::mem::take(&mut e.fast_retx);
+            if e.retx_at.is_none() && !fast {
                 // armed at the first check that sees unacknowledged datagrams
                 e.retx_at = Some(now + UD_RTO);
                 e.last_ack.get_or_insert(now);
                 continue;
             }
-            if !e.retx_at.is_some_and(|t| t <= now) {
+            e.last_ack.get_or_insert(now);
+            if !fast && !e.retx_at.is_some_and(|t| t <= now) {
                 continue;
             }
             crate::trace!("ud timer: ep {id} {} unacked, {:?} since the last acknowledgement", e.unacked.len(), e.last_ack.map(|t| now.duration_since(t)));
