@@ -169,6 +169,35 @@ fn uct_ud_am_lat_and_am_bw() {
     uct("droce_ud", "am_bw", &format!("{N} -s 512"));
 }
 
+/// Both MPICH ranks flood each other with 2000 eager 800-byte messages at once, 5 rounds,
+/// contents checked (tests/ucx/flood.c). UCP carries them as active messages on droce_ud: every
+/// send slot of both ends fills with unacknowledged datagrams, and only a retransmission can
+/// carry the acknowledgement the other side waits for. A retransmission that carried its stale
+/// header made both ends wait out UD_FAIL_AFTER (endpoint timeout, then a UCP abort).
+#[test]
+fn mpich_bidirectional_flood_over_droce_ud() {
+    if !tools() || !have("mpicc.mpich") || !have("mpiexec.mpich") {
+        eprintln!("SKIP: mpicc.mpich / mpiexec.mpich not installed (mpich libmpich-dev)");
+        return;
+    }
+    let _g = serial();
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("droce_ucx_flood");
+    let src = repo_path("tests/ucx/flood.c");
+    let b = run("mpicc.mpich", &args(&format!("mpicc.mpich -O2 -o {} {}", exe.display(), src.display())), &[], DEADLINE);
+    assert!(b.ok(), "{}", b.show());
+    for tls in ["droce_rc,droce_ud,self", "droce_ud,self"] {
+        let e = env(&[("LD_PRELOAD", lib().to_str().unwrap()), ("UCX_TLS", tls)]);
+        let link = unique("ucxflood");
+        let cmd = args(&format!(
+            "mpiexec.mpich -n 2 -genv LD_PRELOAD {} -genv UCX_TLS {tls} -genv DROCE_LINK {link} {} 2000 800 5",
+            lib().display(),
+            exe.display()
+        ));
+        let d = run("mpiexec flood", &cmd, &e, DEADLINE);
+        assert!(d.ok() && d.out.contains("flood ok"), "UCX_TLS={tls}:\n{}", d.show());
+    }
+}
+
 /// A droce_ud peer that dies: the client's datagrams go unacknowledged, the endpoint fails
 /// after 4 s and droce says so (a UCX warning naming the endpoint timeout; UCX_LOG_FILE=stderr so
 /// that the line is not lost in stdout's buffer when the stalled client is ended by the test).

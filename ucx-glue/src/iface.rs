@@ -772,10 +772,12 @@ impl Iface {
                     ep.unacked.push_back(slot);
                 }
                 g.ops[slot as usize] = Some(Op { ep: id, seq, comp, kind, am, posted: true, acked: false });
-                if g.free_tx.len() + 1 == g.lay.tx_count {
-                    // The only operation in flight (latency-bound: a ping-pong, a lone put):
-                    // put it on the wire now rather than at the next progress call. With more
-                    // in flight the progress loop sends them in bursts.
+                if g.free_tx.len() + 2 >= g.lay.tx_count {
+                    // At most one other operation in flight (latency-bound: a ping-pong, a lone
+                    // put; on RC the previous message of a ping-pong is still unacknowledged, as
+                    // the peer sends its ACK after its reply): put it on the wire now rather than
+                    // at the next progress call. With more in flight the progress loop sends
+                    // them in bursts.
                     h.dev().poll();
                 }
                 Ok(())
@@ -1380,6 +1382,17 @@ impl Iface {
                 let Some(op) = g.ops[slot as usize] else { continue };
                 if op.posted {
                     continue; // the last copy is still queued
+                }
+                // A fresh acknowledgement rides along (the header's old one may be long stale):
+                // when every slot of both ends holds an unacknowledged datagram, no ACK-only
+                // datagram can be sent (it needs a free slot) and retransmissions are the only
+                // datagrams left to carry one.
+                let (ack_ep, ack_seq) = Self::take_ack_for(g, &dest.av.dgid.0, dest.remote_qpn.value());
+                if ack_ep != NO_EP {
+                    let mut ab = [0u8; 8];
+                    ab[..4].copy_from_slice(&ack_ep.to_le_bytes());
+                    ab[4..].copy_from_slice(&ack_seq.to_le_bytes());
+                    let _ = h.dev().write_mem(Self::tx_addr(g, slot) + 8, &ab);
                 }
                 let mut wr = Self::new_wr(g, SendOpcode::SendImm).with_imm(op.am as u32).with_ud(dest);
                 wr.sg_list.extend_from_slice(&g.ud_sges[slot as usize]);
