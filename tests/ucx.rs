@@ -169,6 +169,19 @@ fn uct_ud_am_lat_and_am_bw() {
     uct("droce_ud", "am_bw", &format!("{N} -s 512"));
 }
 
+/// UCP with droce_ud as its only transport (wire-up, tag matching and rendezvous control all in
+/// UD active messages) on a wire that drops 2% of the received frames in both processes
+/// (written by the second ucx helper).
+#[test]
+fn ucp_tag_lat_over_droce_ud_only_survives_frame_loss() {
+    if !tools() {
+        return;
+    }
+    let e = pair_env(&unique("ucxudtag"), &[("UCX_TLS", "droce_ud"), ("DROCE_FAULTS", "rx:drop=0.02;seed=5")]);
+    let f = perftest("", "-t tag_lat -n 300 -w 20 -s 8", &e).unwrap_or_else(|m| panic!("UCP tag_lat over droce_ud with 2% loss: {m}"));
+    assert!(f.iters > 0, "{f:?}");
+}
+
 /// Both MPICH ranks flood each other with 2000 eager 800-byte messages at once, 5 rounds,
 /// contents checked (tests/ucx/flood.c). UCP carries them as active messages on droce_ud: every
 /// send slot of both ends fills with unacknowledged datagrams, and only a retransmission can
