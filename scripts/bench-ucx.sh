@@ -3,6 +3,7 @@
 # over the zero-config memif pair, as ratios against baselines measured in the same run:
 #
 #   am_lat 8 B      ucx_perftest UCT droce_rc typical latency vs UCX tcp (-d lo -x tcp)  target <= 0.3
+#                   (also with DROCE_UCX_HOLD_ACKS=1, the opt-in ACK hold, and over droce_ud)
 #   put_bw 64 KiB   ucx_perftest UCT droce_rc zcopy bandwidth vs the raw memif limit
 #                   (scripts/bench-fwd.sh 1082: dpdk-testpmd txonly->rxonly, 1082-byte frames =
 #                   one 1024-byte RoCE payload each, counted as frame bytes)            report
@@ -58,6 +59,7 @@ RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); print $3 * 1e6 }' "$TMP
 D="LD_PRELOAD=$UCT_LIB"
 perftest am_lat_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
 perftest am_lat_tcp "" "-d lo -x tcp" "-d lo -x tcp -t am_lat -s 8 -n $N_LAT -w 1000"
+perftest am_lat_droce_hold "$D DROCE_UCX_HOLD_ACKS=1" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
 perftest put_bw_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100"
 perftest put_bw_droce_w "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100 -O $PUT_WINDOW"
 perftest ud_lat_droce "$D" "-d droce0 -x droce_ud" "-d droce0 -x droce_ud -t am_lat -s 8 -n $N_LAT -w 1000"
@@ -106,6 +108,7 @@ fi
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 AL=$(final am_lat_droce 3); AT=$(final am_lat_tcp 3)
 UL=$(final ud_lat_droce 3)
+AH=$(final am_lat_droce_hold 3)
 TL=$(final tag_lat_droce 3); TT=$(final tag_lat_tcp 3)
 PB=$(final put_bw_droce 6)
 RAWMB=$(awk -v r="$RAW_1082" 'BEGIN { printf "%.0f", r * 1082 / 1e6 }')
@@ -115,6 +118,7 @@ PBWMB=$(awk -v m="$PBW" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')
 echo
 printf "| test | droce | baseline | ratio | target |\n|---|---|---|---|---|\n"
 printf "| UCT am_lat 8 B typical (droce_rc) | %s us (avg %s) | UCX tcp lo %s us (avg %s) | %s | <= 0.3 |\n" "$AL" "$(final am_lat_droce 4)" "$AT" "$(final am_lat_tcp 4)" "$(ratio "$AL" "$AT")"
+printf "| UCT am_lat 8 B typical (droce_rc, DROCE_UCX_HOLD_ACKS=1) | %s us | UCX tcp lo %s us | %s | report |\n" "$AH" "$AT" "$(ratio "$AH" "$AT")"
 printf "| UCT am_lat 8 B typical (droce_ud) | %s us | UCX tcp lo %s us | %s | report |\n" "$UL" "$AT" "$(ratio "$UL" "$AT")"
 printf "| UCP tag_lat 8 B typical | %s us | UCX tcp %s us | %s | report |\n" "$TL" "$TT" "$(ratio "$TL" "$TT")"
 printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O 1) | %s MB/s | raw memif %s MB/s frame bytes (%.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
