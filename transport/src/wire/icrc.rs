@@ -97,8 +97,12 @@ pub fn compute(ip_packet: &[u8]) -> Result<u32> {
     m[ip_len + 6] = 0xff; // UDP checksum
     m[ip_len + 7] = 0xff;
     m[ip_len + udp::HEADER_LEN + bth::ICRC_MASKED_BYTE] = 0xff; // BTH resv8a (FECN, BECN)
-    let crc = crc32_update(LRH_SEED, m);
-    Ok(crc32_update(crc, &ip_packet[n..]))
+    // One hasher for both parts: its constructor runs the CPU feature check and setup,
+    // which on a 64-byte payload costs about as much as the CRC itself.
+    let mut h = crc32fast::Hasher::new_with_initial(LRH_SEED);
+    h.update(m);
+    h.update(&ip_packet[n..]);
+    Ok(h.finalize())
 }
 
 /// Checks the ICRC of `ip_packet_with_icrc` (IP header to the end of the ICRC trailer).

@@ -352,8 +352,15 @@ macro_rules! opcodes {
             /// All supported opcodes, in numeric order.
             pub const ALL: &'static [Opcode] = &[$(Opcode::$name,)*];
 
-            /// The description of this opcode.
+            /// The description of this opcode: one load from a table built at compile time
+            /// (the per-frame paths ask for it several times per packet).
+            #[inline]
             pub const fn info(self) -> OpInfo {
+                INFO_TABLE[self as u8 as usize]
+            }
+
+            /// [`info`](Self::info) computed from the opcode list (builds the table).
+            const fn info_uncached(self) -> OpInfo {
                 use TransportClass::*; use Operation::*; use Position::*;
                 use ExtHeaders as H;
                 #[allow(unused_imports)]
@@ -373,6 +380,19 @@ macro_rules! opcodes {
         }
     };
 }
+
+/// [`Opcode::info`] for every byte value (unsupported values hold a placeholder never read:
+/// an `Opcode` only exists for a supported value).
+const INFO_TABLE: [OpInfo; 256] = {
+    let mut t = [OpInfo::new(TransportClass::Cnp, Operation::Cnp, Position::Only); 256];
+    let mut i = 0;
+    while i < Opcode::ALL.len() {
+        let o = Opcode::ALL[i];
+        t[o as u8 as usize] = o.info_uncached();
+        i += 1;
+    }
+    t
+};
 
 const fn op(c: TransportClass, o: Operation, p: Position) -> OpInfo {
     OpInfo::new(c, o, p)
