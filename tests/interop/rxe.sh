@@ -74,6 +74,14 @@ if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then sed -n '2,/^set -uo/p' "$0" 
 for f in build.sh start.sh stop.sh vm-exec.sh common.sh; do
   [ -r "$RXE_VM_DIR/$f" ] || skip_all "rxe-vm harness not found: $RXE_VM_DIR/$f is missing (set RXE_VM_DIR)"
 done
+# A fresh machine (CI) has neither qemu nor debootstrap: the harness's build.sh installs its
+# host tools itself (qemu-system-x86 from bookworm-backports where bookworm's clashes with
+# the installed qemu-utils) and builds the VM image; DROCE_INTEROP_INSTALL=0 leaves that out.
+if [ "${DROCE_INTEROP_INSTALL:-1}" = 1 ] && ! { command -v qemu-system-x86_64 && command -v debootstrap; } >/dev/null; then
+  log "installing the rxe-vm harness's host tools and building its image (build.sh, ~3 min the first time)"
+  PRE_LOG=$(mktemp /tmp/droce-rxe-build.XXXXXX)
+  "$RXE_VM_DIR/build.sh" >"$PRE_LOG" 2>&1 || { tail -5 "$PRE_LOG" >&2; log "build.sh failed (log: $PRE_LOG)"; }
+fi
 command -v qemu-system-x86_64 >/dev/null || skip_all "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
 command -v debootstrap >/dev/null || [ -f /var/tmp/rxe-vm/rootfs.img ] || skip_all "debootstrap is not installed and no VM image exists (apt-get install debootstrap)"
 for b in tcpdump ip timeout ss; do command -v $b >/dev/null || skip_all "'$b' is not installed"; done
