@@ -116,18 +116,11 @@ impl Fwd {
 
     #[inline(always)]
     fn tx_burst_from_template(&mut self) {
-        if self.batch.alloc_bulk(&self.spec.pool, self.spec.burst as usize).is_err() {
+        // one pass: mempool get, reset fields, header copy (frame_len was checked against
+        // the data room when the stream was built)
+        if self.batch.alloc_frames(&self.spec.pool, self.spec.burst as usize, &self.headers, self.frame_len).is_err() {
             bump(&self.stats.tx_nombuf, 1);
             return;
-        }
-        let len = self.frame_len;
-        let hdr = &self.headers;
-        for m in self.batch.iter_mut() {
-            if let Some(d) = m.set_len(len) {
-                if let Some(h) = d.get_mut(..HDR_LEN) {
-                    h.copy_from_slice(hdr);
-                }
-            }
         }
         self.send();
     }

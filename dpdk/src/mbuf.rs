@@ -477,6 +477,34 @@ impl<const N: usize> MbufBatch<N> {
         Ok(n)
     }
 
+    /// Allocates `n` mbufs (capped by the free slots) as single-segment frames of `len` bytes
+    /// whose first bytes are `hdr`, all or nothing: a transmit generator's burst in one pass
+    /// (mempool get, the reset fields, the header copy), as dpdk-testpmd's txonly builds its
+    /// bursts. The rest of each frame is whatever the mbuf held. Fails with
+    /// [`Error::NoMbufs`], or [`Error::InvalidArgument`] when `len` is shorter than `hdr` or does not
+    /// fit the pool's data room.
+    #[inline]
+    pub fn alloc_frames(&mut self, pool: &Mempool, n: usize, hdr: &[u8], len: u16) -> Result<usize> {
+        let n = n.min(N - self.len);
+        if n == 0 {
+            return Ok(0);
+        }
+        let room = pool.data_room_size() as usize;
+        if hdr.len() > len as usize || len as usize + sys::RTE_PKTMBUF_HEADROOM as usize > room || hdr.len() > u16::MAX as usize {
+            return Err(Error::InvalidArgument(format!("frame of {len} B with a {} B header in a {room} B data room", hdr.len())));
+        }
+        // SAFETY: slots len..len+n are free and inside the array; the pool is live; every
+        // frame fits the data room (checked above) and hdr is readable for hdr.len() bytes.
+        let r = unsafe {
+            sys::droce_tx_alloc_fill(pool.as_ptr(), self.pkts.as_mut_ptr().add(self.len), n as u32, hdr.as_ptr(), hdr.len() as u16, len)
+        };
+        if r != 0 {
+            return Err(Error::NoMbufs);
+        }
+        self.len += n;
+        Ok(n)
+    }
+
     /// Raw pointer to slot 0 and the free tail, for the burst calls.
     #[inline]
     pub(crate) fn raw_parts(&mut self) -> (*mut *mut sys::rte_mbuf, usize) {

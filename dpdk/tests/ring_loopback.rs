@@ -179,6 +179,32 @@ fn ring_loopback_end_to_end() {
     drop(b64);
     assert_eq!(pool.in_use_count(), baseline);
 
+    // alloc_frames: single-segment frames of the given length starting with the header,
+    // recycled mbufs included (their old content and length must not leak through), and they
+    // survive the ring round trip; bad lengths are refused without taking mbufs
+    let mut b: MbufBatch<64> = MbufBatch::new();
+    b.alloc_bulk(&pool, 64).unwrap();
+    for m in b.iter_mut() {
+        m.set_len(1000).unwrap().fill(0xee);
+    }
+    b.clear();
+    let hdr: Vec<u8> = (0..42u8).collect();
+    assert_eq!(b.alloc_frames(&pool, 48, &hdr, 60).unwrap(), 48);
+    assert_eq!(b.alloc_frames(&pool, 48, &hdr, 60).unwrap(), 16, "capped by the free slots");
+    for m in b.iter() {
+        assert_eq!((m.len(), m.nb_segs()), (60, 1));
+        assert_eq!(&m.data()[..42], &hdr[..]);
+        assert_eq!(m.headroom() as u32, sys::RTE_PKTMBUF_HEADROOM);
+    }
+    assert_eq!(port.tx_burst_retry(QueueId(0), &mut b, 3).unwrap(), (64, 0));
+    assert_eq!(port.rx_burst_max(QueueId(0), &mut b, 64).unwrap(), 64);
+    assert!(b.iter().all(|m| m.len() == 60 && m.data()[..42] == hdr[..]));
+    b.clear();
+    assert!(matches!(b.alloc_frames(&pool, 4, &hdr, 41), Err(Error::InvalidArgument(_))), "shorter than the header");
+    assert!(matches!(b.alloc_frames(&pool, 4, &hdr, 9000), Err(Error::InvalidArgument(_))), "beyond the data room");
+    assert!(b.is_empty());
+    assert_eq!(pool.in_use_count(), baseline);
+
     // retain keeps order and frees the rest in bulk
     let mut b: MbufBatch<8> = MbufBatch::new();
     for i in 0..8u8 {

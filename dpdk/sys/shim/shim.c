@@ -32,6 +32,31 @@ int droce_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs
 	return rte_pktmbuf_alloc_bulk(mp, mbufs, count);
 }
 
+/* Bulk allocation for a transmit burst of single-segment frames of `len` bytes whose first
+ * `hdr_len` bytes are `hdr`: mempool get + the fields a fresh TX mbuf needs (what
+ * rte_pktmbuf_reset sets, minus those a freed mbuf already has: next = NULL and nb_segs = 1 are
+ * restored by rte_pktmbuf_free) + the header copy, in one pass over the mbufs. 0 or -ENOENT. */
+int droce_tx_alloc_fill(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count,
+			const uint8_t *hdr, uint16_t hdr_len, uint16_t len)
+{
+	if (rte_mempool_get_bulk(mp, (void **)mbufs, count) != 0)
+		return -ENOENT;
+	for (unsigned i = 0; i < count; i++) {
+		struct rte_mbuf *m = mbufs[i];
+		rte_pktmbuf_reset_headroom(m);
+		m->data_len = len;
+		m->pkt_len = len;
+		m->ol_flags &= RTE_MBUF_F_EXTERNAL;
+		m->packet_type = 0;
+		m->vlan_tci = 0;
+		m->vlan_tci_outer = 0;
+		m->tx_offload = 0;
+		m->port = RTE_MBUF_PORT_INVALID;
+		rte_memcpy(rte_pktmbuf_mtod(m, uint8_t *), hdr, hdr_len);
+	}
+	return 0;
+}
+
 void droce_rte_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
 void droce_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count)

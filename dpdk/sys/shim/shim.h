@@ -29,6 +29,8 @@ int droce_rte_eth_rx_queue_count(uint16_t port_id, uint16_t queue_id);
 /* mbuf */
 struct rte_mbuf *droce_rte_pktmbuf_alloc(struct rte_mempool *mp);
 int droce_rte_pktmbuf_alloc_bulk(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count);
+int droce_tx_alloc_fill(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigned count,
+			const uint8_t *hdr, uint16_t hdr_len, uint16_t len);
 void droce_rte_pktmbuf_free(struct rte_mbuf *m);
 void droce_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count);
 char *droce_rte_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
