@@ -65,7 +65,9 @@ echo "# droce under UCX vs UCX tcp / raw memif, $(date -u '+%Y-%m-%d %H:%M UTC')
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# raw memif limit (scripts/bench-fwd.sh 1082, dpdk-testpmd column):"
 WINDOW=${WINDOW:-4} WARMUP=${WARMUP:-1} scripts/bench-fwd.sh 1082 | tee "$TMP/raw" | sed 's/^/#   /'
-RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); print $3 * 1e6 }' "$TMP/raw")
+# bench-fwd runs ROUNDS rounds too (the variable is inherited): the median of its rows
+RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); print $3 * 1e6 }' "$TMP/raw" | sort -g |
+  awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 
 D="LD_PRELOAD=$UCT_LIB"
 perftest put_bw_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100"
@@ -140,6 +142,6 @@ printf "| UCT am_lat 8 B typical (droce_rc) | %s us | UCX tcp lo %s us | %s | <=
 printf "| UCT am_lat 8 B typical (droce_rc, DROCE_UCX_HOLD_ACKS=1) | %s us | UCX tcp lo %s us | %s | report |\n" "$(spread am_lat_droce_hold)" "$AT" "$(ratio "$AH" "$AT")"
 printf "| UCT am_lat 8 B typical (droce_ud) | %s us | UCX tcp lo %s us | %s | report |\n" "$(spread ud_lat_droce)" "$AT" "$(ratio "$UL" "$AT")"
 printf "| UCP tag_lat 8 B typical | %s us | UCX tcp %s us | %s | report |\n" "$(spread tag_lat_droce)" "$(spread tag_lat_tcp)" "$(ratio "$TL" "$TT")"
-printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O 1) | %s MB/s | raw memif %s MB/s frame bytes (%.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
+printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O 1) | %s MB/s | raw memif %s MB/s frame bytes (median %.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"
 printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O %s) | %s MB/s | raw memif %s MB/s | %s | report |\n" "$PUT_WINDOW" "$PBWMB" "$RAWMB" "$(ratio "$PBWMB" "$RAWMB")"
 printf "| MPICH 8 B ping-pong half round trip | %s us | UCX tcp %s us | %s | report |\n" "$(spread mpi_droce)" "$(spread mpi_tcp)" "$(ratio "$MPI" "$MPI_TCP")"
