@@ -667,6 +667,15 @@ impl App {
         println!("\nStopping ports...");
         for st in self.ports.drain(..) {
             let id = st.port.id();
+            // Frames still queued in a port (net_ring's rings hold a tx_first burst forever)
+            // go back to the pool before it is dropped; bounded, forwarding has stopped.
+            let mut b: dpdk::MbufBatch<64> = dpdk::MbufBatch::new();
+            for _ in 0..4096 {
+                match st.port.rx_burst(QueueId(0), &mut b) {
+                    Ok(n) if n > 0 => b.clear(),
+                    _ => break,
+                };
+            }
             // net_memif is left to the process exit (see Port::close_at_exit).
             let _ = st.port.close_at_exit();
             println!("Port {id} is closed");
