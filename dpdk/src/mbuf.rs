@@ -490,12 +490,13 @@ impl<const N: usize> MbufBatch<N> {
             return Ok(0);
         }
         let room = pool.data_room_size() as usize;
-        if hdr.len() > len as usize || len as usize + sys::RTE_PKTMBUF_HEADROOM as usize > room || hdr.len() > u16::MAX as usize {
+        if hdr.len() > len as usize || len as usize + sys::RTE_PKTMBUF_HEADROOM as usize > room {
             return Err(Error::InvalidArgument(format!("frame of {len} B with a {} B header in a {room} B data room", hdr.len())));
         }
         // SAFETY: slots len..len+n are free and inside the array; the pool is live; every
         // frame fits the data room (checked above) and hdr is readable for hdr.len() bytes.
         let r = unsafe {
+            // hdr.len() <= len fits a u16
             sys::droce_tx_alloc_fill(pool.as_ptr(), self.pkts.as_mut_ptr().add(self.len), n as u32, hdr.as_ptr(), hdr.len() as u16, len)
         };
         if r != 0 {
