@@ -39,6 +39,11 @@ PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
+  # the zero-config links this run named leave their lock files: remove those no process holds
+  local f
+  for f in /tmp/droce-"$(id -u)"/bfi$$*.lock; do
+    [ -e "$f" ] && { flock -n "$f" rm -f "$f" || true; }
+  done
 }
 trap cleanup EXIT
 

@@ -61,7 +61,9 @@ run_one() {
   sock="$TMP/$tag.sock"
   rxlog="$TMP/$tag.rx"
   txlog="$TMP/$tag.tx"
-  local total=$((WARMUP + WINDOW + 6))
+  # seconds to wait for the samples: the window, warm-up, and start-up (EAL init of the two
+  # processes took 3 s each on 2026-11-24 with -m 1024 --no-huge; 6 s of slack was not enough)
+  local total=$((WARMUP + WINDOW + 20))
   timeout -s INT $((total + 10)) "$bin" --lcores="0@$CPU_RX,1@$CPU_RX" "${EAL_COMMON[@]}" --file-prefix="rx-$tag" \
     --vdev="net_memif0,role=server,socket=$sock" -- --forward-mode=rxonly "${APP_COMMON[@]}" \
     </dev/null >"$rxlog" 2>&1 &

@@ -9,6 +9,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+# The zero-config links of the libraries keep one lock file per role in /tmp/droce-<uid>
+# (flock, held for the life of the process, never removed by it); every test names its own
+# link, so a run leaves ~200 of them. At the end, remove those this run created that no
+# process holds (checked by taking the lock while removing).
+STAMP=$(mktemp /tmp/droce-test-start.XXXXXX)
+remove_stale_locks() {
+  local d="/tmp/droce-$(id -u)" f
+  if [ -d "$d" ]; then
+    find "$d" -maxdepth 1 -name '*.lock' -newer "$STAMP" -print0 | while IFS= read -r -d '' f; do
+      flock -n "$f" rm -f "$f" || true
+    done
+  fi
+  rm -f "$STAMP"
+}
+trap remove_stale_locks EXIT
 cargo build --workspace --all-targets
 # The fuzz targets live in their own workspace (cargo-fuzz needs nightly to run them); make
 # sure they still compile against the transport's API on stable.
