@@ -19,6 +19,7 @@
 #      N_BW (MPI 1 MiB windows of 8, 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 if [ -z "${FI_LIB:-}" ]; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
   cargo build --release -q -p droce-fi
@@ -40,10 +41,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
   # the zero-config links this run named leave their lock files: remove those no process holds
-  local f
-  for f in /tmp/droce-"$(id -u)"/bfi$$*.lock; do
-    [ -e "$f" ] && { flock -n "$f" rm -f "$f" || true; }
-  done
+  remove_free_locks /tmp/droce-"$(id -u)"/bfi$$*.lock
 }
 trap cleanup EXIT
 
@@ -107,19 +105,12 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 echo "# end $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# stat NAME -> "median (min-max, n=K)" of $TMP/NAME.vals, "-" when empty
-med() { [ -s "$TMP/$1.vals" ] && sort -g "$TMP/$1.vals" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }' || echo "-"; }
-stat() {
-  [ -s "$TMP/$1.vals" ] || { echo "-"; return; }
-  sort -g "$TMP/$1.vals" | awk -v m="$(med "$1")" '{ v[NR] = $1 } END { printf "%s (%s-%s, n=%d)", m, v[1], v[NR], NR }'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 prov() { [ -s "$TMP/$1.prov" ] && tr '\n' ' ' <"$TMP/$1.prov" | sed 's/ $//' || echo "?"; }
 row() { # LABEL DROCE TCP TARGET UNIT
-  printf "| %s | %s %s | %s %s | %s | %s |\n" "$1" "$(stat "$2")" "$5" "$(stat "$3")" "$5" "$(ratio "$(med "$2")" "$(med "$3")")" "$4"
+  printf "| %s | %s %s | %s %s | %s | %s |\n" "$1" "$(spread "$2")" "$5" "$(spread "$3")" "$5" "$(ratio "$(med "$2")" "$(med "$3")")" "$4"
 }
 echo
-echo "load average (1 min) over the run: $(stat load)"
+echo "load average (1 min) over the run: $(spread load)"
 echo
 printf "| test (median, min-max) | droce | tcp over lo | ratio of medians | target |\n|---|---|---|---|---|\n"
 row "fi_pingpong msg 64 B, usec/xfer" msg_droce msg_tcp "<= 0.3" us

@@ -22,6 +22,7 @@
 # of each side can pick different modes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 if [ -z "${UCT_LIB:-}" ]; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
   scripts/setup-ucx-src.sh
@@ -41,10 +42,7 @@ cleanup() {
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   rm -rf "$TMP"
   # the zero-config links this run named leave their lock files: remove those no process holds
-  local f
-  for f in /tmp/droce-"$(id -u)"/bench$$*.lock; do
-    [ -e "$f" ] && { flock -n "$f" rm -f "$f" || true; }
-  done
+  remove_free_locks /tmp/droce-"$(id -u)"/bench$$*.lock
 }
 trap cleanup EXIT
 
@@ -62,9 +60,6 @@ perftest() {
 }
 # field N of the Final: line (2 iterations, 3 typical lat, 4 avg lat, 6 avg MB/s, 8 avg msg/s)
 final() { awk -v n="$2" '$1 == "Final:" { print $n }' "$TMP/$1" | tail -1; }
-# med NAME -> median of $TMP/NAME.vals ("-" when empty); spread NAME -> "median (min-max, n=K)"
-med() { [ -s "$TMP/$1.vals" ] && sort -g "$TMP/$1.vals" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }' || echo "-"; }
-spread() { [ -s "$TMP/$1.vals" ] && sort -g "$TMP/$1.vals" | awk -v m="$(med "$1")" '{ v[NR] = $1 } END { printf "%s (%s-%s, n=%d)", m, v[1], v[NR], NR }' || echo "-"; }
 
 echo "# droce under UCX vs UCX tcp / raw memif, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -72,8 +67,7 @@ echo "# raw memif limit (scripts/bench-fwd.sh 1082, dpdk-testpmd column):"
 # (a bench-fwd row without a testpmd figure is skipped below; it must not end this script)
 { WINDOW=${WINDOW:-4} WARMUP=${WARMUP:-1} scripts/bench-fwd.sh 1082 || true; } | tee "$TMP/raw" | sed 's/^/#   /'
 # bench-fwd runs ROUNDS rounds too (the variable is inherited): the median of its rows
-RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); if ($3 != "ERR") print $3 * 1e6 }' "$TMP/raw" | sort -g |
-  awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+RAW_1082=$(awk -F'|' '$2 ~ /1082 B/ { gsub(/ /, "", $3); if ($3 != "ERR") print $3 * 1e6 }' "$TMP/raw" | median | sed 's/^-$/0/')
 
 D="LD_PRELOAD=$UCT_LIB"
 perftest put_bw_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t put_bw -D zcopy -s 65536 -n $N_BW -w 100"
@@ -132,7 +126,6 @@ else
   echo "bench-ucx: mpicc.mpich not installed: no MPICH figures" >&2
 fi
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 AL=$(med am_lat_droce); AT=$(med am_lat_tcp)
 UL=$(med ud_lat_droce)
 AH=$(med am_lat_droce_hold)

@@ -14,12 +14,12 @@ cd "$(dirname "$0")/.."
 # link, so a run leaves ~200 of them. At the end, remove those this run created that no
 # process holds (checked by taking the lock while removing).
 STAMP=$(mktemp /tmp/droce-test-start.XXXXXX)
+. scripts/bench-lib.sh
 remove_stale_locks() {
-  local d="/tmp/droce-$(id -u)" f
+  local d="/tmp/droce-$(id -u)"
   if [ -d "$d" ]; then
-    find "$d" -maxdepth 1 -name '*.lock' -newer "$STAMP" -print0 | while IFS= read -r -d '' f; do
-      flock -n "$f" rm -f "$f" || true
-    done
+    mapfile -d '' made < <(find "$d" -maxdepth 1 -name '*.lock' -newer "$STAMP" -print0)
+    remove_free_locks "${made[@]}"
   fi
   rm -f "$STAMP"
 }

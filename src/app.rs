@@ -672,9 +672,11 @@ impl App {
             let mut b: dpdk::MbufBatch<64> = dpdk::MbufBatch::new();
             for _ in 0..4096 {
                 match st.port.rx_burst(QueueId(0), &mut b) {
-                    Ok(n) if n > 0 => b.clear(),
+                    Ok(n) if n > 0 => {
+                        b.clear();
+                    }
                     _ => break,
-                };
+                }
             }
             // net_memif is left to the process exit (see Port::close_at_exit).
             let _ = st.port.close_at_exit();
