@@ -3,7 +3,7 @@
 # over the zero-config memif pair, as ratios against baselines measured in the same run:
 #
 #   am_lat 8 B      ucx_perftest UCT droce_rc typical latency vs UCX tcp (-d lo -x tcp)  target <= 0.3
-#                   (also with DROCE_UCX_HOLD_ACKS=1, the opt-in ACK hold, and over droce_ud)
+#                   (also with DROCE_HOLD_ACKS=0: every ACK before the completion; and over droce_ud)
 #   put_bw 64 KiB   ucx_perftest UCT droce_rc zcopy bandwidth vs the raw memif limit
 #                   (scripts/bench-fwd.sh 1082: dpdk-testpmd txonly->rxonly, 1082-byte frames =
 #                   one 1024-byte RoCE payload each, counted as frame bytes)            report
@@ -78,7 +78,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   echo "# round $r $(date -u +%H:%M:%S), load $(cut -d' ' -f1-3 /proc/loadavg)"
   lat am_lat_droce "$D" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
   lat am_lat_tcp "" "-d lo -x tcp" "-d lo -x tcp -t am_lat -s 8 -n $N_LAT -w 1000"
-  lat am_lat_droce_hold "$D DROCE_UCX_HOLD_ACKS=1" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
+  lat am_lat_droce_nohold "$D DROCE_HOLD_ACKS=0" "-d droce0 -x droce_rc" "-d droce0 -x droce_rc -t am_lat -s 8 -n $N_LAT -w 1000"
   lat ud_lat_droce "$D" "-d droce0 -x droce_ud" "-d droce0 -x droce_ud -t am_lat -s 8 -n $N_LAT -w 1000"
   lat tag_lat_droce "$D UCX_TLS=droce_rc,droce_ud" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
   lat tag_lat_tcp "UCX_TLS=tcp" "" "-t tag_lat -s 8 -n $N_LAT -w 1000"
@@ -128,7 +128,7 @@ fi
 
 AL=$(med am_lat_droce); AT=$(med am_lat_tcp)
 UL=$(med ud_lat_droce)
-AH=$(med am_lat_droce_hold)
+AH=$(med am_lat_droce_nohold)
 TL=$(med tag_lat_droce); TT=$(med tag_lat_tcp)
 PB=$(final put_bw_droce 6)
 RAWMB=$(awk -v r="$RAW_1082" 'BEGIN { printf "%.0f", r * 1082 / 1e6 }')
@@ -138,7 +138,7 @@ PBWMB=$(awk -v m="$PBW" 'BEGIN { printf "%.0f", m * 1048576 / 1e6 }')
 echo
 printf "| test | droce | baseline | ratio | target |\n|---|---|---|---|---|\n"
 printf "| UCT am_lat 8 B typical (droce_rc) | %s us | UCX tcp lo %s us | %s | <= 0.3 |\n" "$(spread am_lat_droce)" "$(spread am_lat_tcp)" "$(ratio "$AL" "$AT")"
-printf "| UCT am_lat 8 B typical (droce_rc, DROCE_UCX_HOLD_ACKS=1) | %s us | UCX tcp lo %s us | %s | report |\n" "$(spread am_lat_droce_hold)" "$AT" "$(ratio "$AH" "$AT")"
+printf "| UCT am_lat 8 B typical (droce_rc, DROCE_HOLD_ACKS=0) | %s us | UCX tcp lo %s us | %s | report |\n" "$(spread am_lat_droce_nohold)" "$AT" "$(ratio "$AH" "$AT")"
 printf "| UCT am_lat 8 B typical (droce_ud) | %s us | UCX tcp lo %s us | %s | report |\n" "$(spread ud_lat_droce)" "$AT" "$(ratio "$UL" "$AT")"
 printf "| UCP tag_lat 8 B typical | %s us | UCX tcp %s us | %s | report |\n" "$(spread tag_lat_droce)" "$(spread tag_lat_tcp)" "$(ratio "$TL" "$TT")"
 printf "| UCT put_bw 64 KiB zcopy (droce_rc, -O 1) | %s MB/s | raw memif %s MB/s frame bytes (median %.3f Mpps x 1082 B) | %s | report |\n" "$PBMB" "$RAWMB" "$(awk -v r="$RAW_1082" 'BEGIN { print r / 1e6 }')" "$(ratio "$PBMB" "$RAWMB")"

@@ -3,12 +3,18 @@
 //! what arrives, print it.
 //!
 //! ```text
-//! host_pair [--peers IP,IP,...] [--timeout SECS]
+//! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]
 //! ```
 //! Without `--peers` the peer is `127.0.0.1` resolved by `Host::resolve_dst`: the other end of
 //! the zero-config memif pair. The lower address of each pair connects, the higher accepts.
 //! Output (stdout), one line each: `role ...`, `got text '...' from IP`, `got 200000 bytes from
 //! IP: pattern ok`, `done: N peers`. Errors go to stderr with exit status 1 (2: host not up).
+//!
+//! `--quiet-check` (two ends) then tests the host's ACK watchdog: the connecting end sends one
+//! more message and times its send completion while the accepting end, right after the poll
+//! that delivered it, stops polling for [`QUIET`] (lock released, as an application busy
+//! elsewhere). The ACK it held must still leave: `quiet peer acknowledged in N ms` (an error
+//! when it took [`QUIET_ACK_LIMIT`] or more).
 
 use droce_dpdk::host::{self, Host};
 use droce_dpdk::roce::cm::{to_init, CmAgentEvent, ConnId, ConnectParams};
@@ -24,6 +30,11 @@ const AREA: u64 = 512 * 1024;
 const SMALL: u64 = 4096;
 const LARGE: u32 = 200_000;
 const LARGE_OFF: u64 = 64 * 1024;
+const PING_OFF: u64 = 2 * SMALL;
+/// How long the accepting end of `--quiet-check` stops polling.
+pub const QUIET: Duration = Duration::from_millis(1500);
+/// A send to the quiet end must complete sooner (the ACK watchdog ticks every millisecond).
+pub const QUIET_ACK_LIMIT: Duration = Duration::from_millis(300);
 
 fn pattern(from: IpAddr, to: IpAddr, n: usize) -> Vec<u8> {
     let s: u32 = format!("{from}>{to}").bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
@@ -39,6 +50,8 @@ struct PeerState {
     got_text: bool,
     got_large: bool,
     sent: u32,
+    /// `--quiet-check`: the extra message arrived (acceptor) / its send completed (connector)
+    pinged: bool,
 }
 
 struct App {
@@ -49,6 +62,7 @@ struct App {
     cq: CqHandle,
     mr: MemoryRegion,
     base: u64,
+    quiet_check: bool,
 }
 
 impl App {
@@ -73,6 +87,7 @@ impl App {
         let d = dev.device_mut();
         d.post_recv(qp, RecvWr::new(((i as u64) << 8) | 1).with_sge(r, SMALL as u32, k)).map_err(|e| format!("post_recv: {e:?}"))?;
         d.post_recv(qp, RecvWr::new(((i as u64) << 8) | 2).with_sge(r + LARGE_OFF, LARGE, k)).map_err(|e| format!("post_recv: {e:?}"))?;
+        d.post_recv(qp, RecvWr::new(((i as u64) << 8) | 5).with_sge(r + PING_OFF, SMALL as u32, k)).map_err(|e| format!("post_recv: {e:?}"))?;
         Ok(qp)
     }
 
@@ -103,11 +118,11 @@ impl App {
     }
 
     fn done(&self) -> bool {
-        self.st.iter().all(|s| s.got_text && s.got_large && s.sent == 2)
+        self.st.iter().all(|s| s.got_text && s.got_large && s.sent == 2 && (!self.quiet_check || s.pinged))
     }
 }
 
-pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), String> {
+pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool) -> Result<(), String> {
     let g = host::global().map_err(|e| e.to_string())?;
     let mut h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = h.local_ip();
@@ -135,7 +150,12 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), Stri
     std::mem::forget(buf);
     let cq = dev.device_mut().create_cq(256).map_err(|e| format!("create_cq: {e:?}"))?;
     h.cm().listen(PORT);
-    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base };
+    if quiet_check && peers.len() != 1 {
+        return Err("--quiet-check wants exactly one peer".into());
+    }
+    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check };
+    // the connecting end's extra send, once its main exchange is complete: when it was posted
+    let mut ping_posted: Option<Instant> = None;
     for i in 0..n {
         if me < app.peers[i] {
             app.connect(&mut h, i)?;
@@ -240,8 +260,34 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), Stri
                     app.st[i].got_large = true;
                 }
                 (3 | 4, WcOpcode::Send) => app.st[i].sent += 1,
+                (5, WcOpcode::Recv) => {
+                    // the accepting end of --quiet-check: the ACK for this message is held for
+                    // the next poll, which now does not come for QUIET; the host's watchdog
+                    // thread must send it
+                    app.st[i].pinged = true;
+                    println!("got the quiet-check message: not polling for {} ms", QUIET.as_millis());
+                    drop(h);
+                    std::thread::sleep(QUIET);
+                    h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+                (6, WcOpcode::Send) => {
+                    let t = ping_posted.map(|t| t.elapsed()).unwrap_or_default();
+                    println!("quiet peer acknowledged in {} ms", t.as_millis());
+                    if t >= QUIET_ACK_LIMIT {
+                        return Err(format!("the quiet peer's ACK took {t:?} (limit {QUIET_ACK_LIMIT:?}): held ACKs are not flushed"));
+                    }
+                    app.st[i].pinged = true;
+                }
                 (k, op) => return Err(format!("unexpected completion kind {k} {op:?}")),
             }
+        }
+        if quiet_check && ping_posted.is_none() && me < app.peers[0] && app.st[0].got_text && app.st[0].got_large && app.st[0].sent == 2 {
+            let qp = app.st[0].qp.ok_or("no QP")?;
+            let s = app.send_area() + 15 * SMALL;
+            h.dev().write_mem(s, b"quiet?").map_err(|e| format!("{e:?}"))?;
+            let k = app.mr.lkey;
+            h.dev().device_mut().post_send(qp, SendWr::new(6, SendOpcode::Send).with_sge(s, 6, k)).map_err(|e| format!("post_send: {e:?}"))?;
+            ping_posted = Some(Instant::now());
         }
         // the progress thread (DROCE_PROGRESS=thread) needs the lock too
         if h.config().progress == host::Progress::Thread {
@@ -262,6 +308,7 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration) -> Result<(), Stri
 fn main() {
     let mut peers = None;
     let mut timeout = Duration::from_secs(30);
+    let mut quiet_check = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -277,8 +324,9 @@ fn main() {
                 }
             }
             "--timeout" => timeout = Duration::from_secs(args.next().and_then(|s| s.parse().ok()).unwrap_or(30)),
+            "--quiet-check" => quiet_check = true,
             _ => {
-                eprintln!("usage: host_pair [--peers IP,IP,...] [--timeout SECS]");
+                eprintln!("usage: host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]");
                 std::process::exit(1);
             }
         }
@@ -287,7 +335,7 @@ fn main() {
         eprintln!("host_pair: {e}");
         std::process::exit(2);
     }
-    match run(peers, timeout) {
+    match run(peers, timeout, quiet_check) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("host_pair: {e}");

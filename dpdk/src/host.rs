@@ -7,7 +7,8 @@
 //!                       PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK (first set wins)
 //!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
 //!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
-//!   DROCE_PROGRESS=manual|thread, DROCE_FAULTS=<spec>, DROCE_PCAP=<path> ({pid}, {rank}),
+//!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
+//!   DROCE_PCAP=<path> ({pid}, {rank}),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
 //! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
@@ -17,7 +18,8 @@
 //!   progress_datapath() (dev.poll every call, cm.poll every CM_POLL_EVERY-th call),
 //!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip)
 //! global() -> Result<&'static Mutex<Host>, HostError>   opened once from from_env(), never
-//!   closed, errors sticky; Progress::Thread adds a background progress thread
+//!   closed, errors sticky; Progress::Thread adds a background progress thread, manual
+//!   progress with hold_acks the ACK watchdog thread (flushes held ACKs nobody polled out)
 //! lock_global() -> Result<MutexGuard<'static, Host>, HostError>   global() + lock, ignoring
 //!   poisoning (a panic while holding the lock leaves the engine usable)
 //! ```
@@ -30,6 +32,7 @@
 //! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
 //! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU), `progress` (`manual` | `thread`),
+//! `hold-acks` (`yes` | `no`, default yes: RC ACKs leave behind the application's reply),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
 //! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`
@@ -107,6 +110,11 @@ pub struct HostConfig {
     /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: the port's.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
+    /// RC ACKs wait for the next poll, behind the application's reply (conf key `hold-acks`,
+    /// env `DROCE_HOLD_ACKS`; default yes): see [`RoceConfig::hold_acks`]. [`global`] backs it
+    /// with the ACK watchdog thread, so an application that stops polling after a receive
+    /// still acknowledges it within [`ACK_WATCHDOG_TICK`] x 2.
+    pub hold_acks: bool,
     pub faults: Option<FaultConfig>,
     pub pcap: Option<PathBuf>,
     pub rank: Option<u32>,
@@ -225,7 +233,7 @@ fn parse_progress(v: &str) -> Option<Progress> {
     }
 }
 
-const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hugepages, memory, mbufs, lcore, log-level, faults, pcap, eal";
+const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hold-acks, hugepages, memory, mbufs, lcore, log-level, faults, pcap, eal";
 
 /// Distinguishes the `--file-prefix` of successive EAL attempts in one process.
 static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -252,6 +260,11 @@ impl HostConfig {
         let pid = std::process::id();
         if let Ok(v) = std::env::var("DROCE_PROGRESS") {
             cfg.progress = parse_progress(v.trim()).ok_or_else(|| cfg_err(format!("DROCE_PROGRESS='{v}': want manual or thread")))?;
+        }
+        if let Ok(v) = std::env::var("DROCE_HOLD_ACKS") {
+            if !v.trim().is_empty() {
+                cfg.hold_acks = yes_no(v.trim()).ok_or_else(|| cfg_err(format!("DROCE_HOLD_ACKS='{v}': want 1 or 0 (yes or no)")))?;
+            }
         }
         if let Ok(v) = std::env::var("DROCE_FAULTS") {
             if !v.trim().is_empty() {
@@ -293,6 +306,7 @@ impl HostConfig {
         let (mut port, mut ip, mut peer, mut mtu, mut progress) = (None, None, None, None, Progress::Manual);
         let (mut huge, mut memory, mut lcore, mut log_level, mut faults, mut pcap) = (false, 256u32, None, "error".to_string(), None, None);
         let mut mbufs = DEFAULT_MBUFS;
+        let mut hold_acks = true;
         for (no, raw) in text.lines().enumerate() {
             let no = no + 1;
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -310,7 +324,7 @@ impl HostConfig {
             }
             let single = matches!(
                 key,
-                "port" | "ip" | "peer" | "mtu" | "progress" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap" | "mbufs"
+                "port" | "ip" | "peer" | "mtu" | "progress" | "hold-acks" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap" | "mbufs"
             );
             if single {
                 if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
@@ -343,6 +357,7 @@ impl HostConfig {
                     mtu = Some(m);
                 }
                 "progress" => progress = parse_progress(&value).ok_or_else(|| at(format!("'{value}': want manual or thread")))?,
+                "hold-acks" => hold_acks = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
                 "hugepages" => huge = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
                 "memory" => {
                     memory = value.parse().ok().filter(|m| *m >= 64).ok_or_else(|| at(format!("'{value}': want a size in MB (≥ 64)")))?
@@ -392,6 +407,7 @@ impl HostConfig {
             neighbours,
             eth_mtu: mtu,
             progress,
+            hold_acks,
             faults,
             pcap,
             rank,
@@ -692,6 +708,7 @@ impl Host {
         rc.rx_burst = 64;
         rc.tx_burst = 64;
         rc.checksum_offload = true;
+        rc.hold_acks = cfg.hold_acks;
         let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| HostError::Device(format!("RoCE device on {pname}: {e}")))?;
         let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
             .map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
@@ -861,6 +878,7 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
         .get_or_init(|| {
             let cfg = HostConfig::from_env()?;
             let thread = cfg.progress == Progress::Thread;
+            let watchdog = cfg.hold_acks && !thread;
             let host = Host::open(cfg)?;
             let m: &'static Mutex<Host> = Box::leak(Box::new(Mutex::new(host)));
             if thread {
@@ -868,6 +886,12 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
                     .name("droce-progress".into())
                     .spawn(move || progress_loop(m))
                     .map_err(|e| HostError::Device(format!("progress thread: {e}")))?;
+            }
+            if watchdog {
+                std::thread::Builder::new()
+                    .name("droce-acks".into())
+                    .spawn(move || ack_watchdog(m))
+                    .map_err(|e| HostError::Device(format!("ACK watchdog thread: {e}")))?;
             }
             Ok(m)
         })
@@ -877,6 +901,29 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
 /// [`global`] locked; a poisoned lock (a panic while it was held) is taken over.
 pub fn lock_global() -> Result<MutexGuard<'static, Host>, HostError> {
     Ok(global()?.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
+/// How often the ACK watchdog of [`global`] looks at the device.
+pub const ACK_WATCHDOG_TICK: Duration = Duration::from_millis(1);
+
+/// Held ACKs ([`HostConfig::hold_acks`]) leave with the application's next poll; this thread
+/// sends them when the application stopped polling (it got its last completion and went on to
+/// other things, or waits elsewhere): each tick it takes the lock if free and flushes when no
+/// poll ran for a whole tick. The peer's send completes ~1-2 ms late instead of retrying out.
+/// A busy application keeps the lock mostly free and polls between ticks: the watchdog costs
+/// one wake-up and one uncontended lock per tick.
+fn ack_watchdog(m: &'static Mutex<Host>) {
+    let mut seen = 0u64;
+    loop {
+        std::thread::sleep(ACK_WATCHDOG_TICK);
+        let mut h = match m.try_lock() {
+            Ok(h) => h,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // the application is in a call: that call polls
+            Err(std::sync::TryLockError::WouldBlock) => continue,
+        };
+        h.dev.flush_if_unpolled(&mut seen);
+    }
 }
 
 fn progress_loop(m: &'static Mutex<Host>) {

@@ -1,7 +1,8 @@
 //! Zero-config default: two processes with no configuration find their roles through the
 //! lock files (server 10.77.0.1, client 10.77.0.2), connect over memif and exchange RC
 //! messages through IB CM; a third process on the same link gets one clear error. Manual and
-//! thread progress.
+//! thread progress. The ACK watchdog: an end that stops polling right after a receive still
+//! acknowledges it (held ACKs, the default, and DROCE_HOLD_ACKS=0).
 
 mod host_util;
 
@@ -14,9 +15,15 @@ fn child() {
 }
 
 fn pair(progress: &str, hold_ms: u32) {
-    let link = format!("test-{}-{progress}", std::process::id());
+    pair_with(progress, hold_ms, &[]);
+}
+
+fn pair_with(progress: &str, hold_ms: u32, more: &[(&'static str, &str)]) -> [(Option<i32>, Vec<String>, String); 2] {
+    let tag: String = more.iter().map(|(k, v)| format!("-{}{v}", &k[k.len() - 2..])).collect();
+    let link = format!("test-{}-{progress}{tag}", std::process::id());
     let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
         let mut v: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone()), ("DROCE_PROGRESS", progress.to_string()), ("HOST_TEST_HOLD_MS", hold_ms.to_string())];
+        v.extend(more.iter().map(|(k, x)| (*k, x.to_string())));
         v.extend(extra.iter().cloned());
         v
     };
@@ -53,6 +60,33 @@ fn pair(progress: &str, hold_ms: u32) {
     } else if hold_ms > 0 {
         panic!("the pair did not finish: {:?} {:?}", ra.1, rb.1);
     }
+    if server_first {
+        [ra, rb]
+    } else {
+        [rb, ra]
+    }
+}
+
+/// The client (10.77.0.2) stops polling for 1.5 s right after it received the quiet-check
+/// message; the server's send must complete within 300 ms all the same: with held ACKs only
+/// the watchdog thread sends that ACK (without it the send retries out, RETRY_EXC_ERR).
+fn quiet_peer(hold: &str) {
+    let [server, client] = pair_with("manual", 0, &[("HOST_TEST_QUIET", "1"), ("DROCE_HOLD_ACKS", hold)]);
+    let line = |r: &(Option<i32>, Vec<String>, String), what: &str| r.1.iter().find(|l| l.contains(what)).cloned();
+    assert!(line(&client, "got the quiet-check message: not polling for 1500 ms").is_some(), "client: {:?} {}", client.1, client.2);
+    let ack = line(&server, "quiet peer acknowledged in ").unwrap_or_else(|| panic!("server: {:?} {}", server.1, server.2));
+    let ms: u64 = ack.rsplit("in ").next().and_then(|t| t.trim_end_matches(" ms").parse().ok()).unwrap_or(u64::MAX);
+    assert!(ms < 300, "{ack}");
+}
+
+#[test]
+fn quiet_peer_held_acks_leave_by_the_watchdog() {
+    quiet_peer("1");
+}
+
+#[test]
+fn quiet_peer_without_held_acks() {
+    quiet_peer("0");
 }
 
 #[test]

@@ -1167,10 +1167,10 @@ impl Engine {
     /// The datapath step of CQ and counter reads: the device every call, the CM agent only
     /// every `CM_POLL_EVERY`-th call (it answers MADs and runs its timers a few calls late;
     /// connection setup is driven by EQ reads, which poll it every time). Like the full step
-    /// it runs the device until idle (bounded): the engine holds ACKs for the next round, and
-    /// a reader that returned at the first completion left them held until its next call,
-    /// which an application that stops polling never makes (fi_pingpong 1 MiB then ended
-    /// in the peer's retry-exceeded).
+    /// it runs the device until idle (bounded), or until a round found completions while
+    /// the host holds ACKs: those then leave with the next call, behind the reply the
+    /// application posts, or from the host's ACK watchdog when it stops polling (before
+    /// the watchdog, fi_pingpong 1 MiB ended in the peer's retry-exceeded that way).
     pub fn progress_datapath(&mut self) -> bool {
         self.step(false)
     }
@@ -1205,7 +1205,10 @@ impl Engine {
                     }
                 }
             }
-            if !w {
+            // With held ACKs (the host's default) another round would send them now, ahead
+            // of the reply the application posts on these completions: return them first;
+            // the ACKs leave with the next call (behind the reply) or the host's watchdog.
+            if !w || (!wcs.is_empty() && h.dev().hold_acks()) {
                 break;
             }
         }

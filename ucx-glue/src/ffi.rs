@@ -202,12 +202,6 @@ pub extern "C" fn droce_rs_iface_open(iface_c: *mut c_void, kind: c_int, cfg: *c
             Err(e) => return e,
         };
         let mut h = hm.lock().unwrap_or_else(PoisonError::into_inner);
-        if std::env::var("DROCE_UCX_HOLD_ACKS").is_ok_and(|v| v == "1") {
-            // Opt-in (RoceConfig::hold_acks): an RC ACK waits for the next poll, so a reply
-            // posted right after the AM handler leaves ahead of it. Unsafe for a process that
-            // stops progressing after a receive (the peer's send retries out, ~4 s).
-            h.dev().set_hold_acks(true);
-        }
         let pd = md::pd(&mut h);
         let lay = Layout::new(kind, &cfg, h.dev().path_mtu());
         let Ok(al) = AllocLayout::from_size_align(lay.bytes(), 4096) else { return UCS_ERR_INVALID_PARAM };

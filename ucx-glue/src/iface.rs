@@ -483,7 +483,7 @@ impl Iface {
                 eprintln!("droce_ud: {} datagrams sent again", g.retransmits);
             }
         }
-        h.dev().flush(); // held ACKs (DROCE_UCX_HOLD_ACKS) leave before the queues go
+        h.dev().flush(); // held ACKs (HostConfig::hold_acks) leave before the queues go
         let d = h.dev().device_mut();
         for ep in g.eps.iter_mut().flatten() {
             if let Some(qp) = ep.qp.take() {

@@ -443,6 +443,9 @@ pub struct RoceDevice {
     /// Engine time at the last TSC reading, and idle polls since.
     last_now: Instant,
     idle_polls: u32,
+    /// `poll` calls so far (wrapping): [`RoceDevice::flush_if_unpolled`] tells from it
+    /// whether the application polled since its last look.
+    polls: u64,
     spare: Option<Mbuf>,
     // Dropped last: every mbuf above returns to it first.
     pool: Arc<Mempool>,
@@ -545,6 +548,7 @@ impl RoceDevice {
             rx_acks_later: VecDeque::new(),
             last_now: Instant(0),
             idle_polls: 0,
+            polls: 0,
             spare: None,
             pool,
         })
@@ -698,6 +702,7 @@ impl RoceDevice {
     /// are handled at the next round (only the own send completions wait for that).
     pub fn poll(&mut self) -> Work {
         let mut work = Work::default();
+        self.polls = self.polls.wrapping_add(1);
         // The TSC is read only when there is work, or every IDLE_CLOCK_POLLS idle polls for
         // the timers (rdtsc costs ~45 ns in a VM: half the self time of an idle poll).
         let t0 = if self.dev.tx_ready() || !self.rx_acks_later.is_empty() || self.idle_polls >= IDLE_CLOCK_POLLS {
@@ -807,6 +812,28 @@ impl RoceDevice {
     /// Hold the ACKs RX produces until the next poll (see [`RoceConfig::hold_acks`]).
     pub fn set_hold_acks(&mut self, on: bool) {
         self.cfg.hold_acks = on;
+    }
+
+    /// Whether ACKs RX produces wait for the next poll.
+    pub fn hold_acks(&self) -> bool {
+        self.cfg.hold_acks
+    }
+
+    /// The safety net of [`RoceConfig::hold_acks`] for a caller that may stop polling (a
+    /// library under an application): called every so often from another thread (with the
+    /// device's lock), it [`flush`](Self::flush)es when no `poll` ran since the previous call
+    /// (`*seen` keeps the count between calls) and frames wait: ACKs held behind a last
+    /// receive, frames the TX ring refused. Returns whether it flushed. Timers and RX stay
+    /// with `poll` (manual progress): only what the device already decided to send leaves.
+    pub fn flush_if_unpolled(&mut self, seen: &mut u64) -> bool {
+        let idle = self.polls == *seen;
+        *seen = self.polls;
+        if idle && (self.dev.tx_ready() || !self.tx_queue.is_empty() || !self.tx_batch.is_empty()) {
+            self.flush();
+            true
+        } else {
+            false
+        }
     }
 
     /// `now` from a TSC reading, remembered for the idle polls that skip the read.

@@ -31,7 +31,8 @@ pub fn child_main() {
     }
     let after = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!("cpus before {before} after {after}");
-    let code = match example::run(peers, Duration::from_secs(30)) {
+    let quiet = std::env::var("HOST_TEST_QUIET").is_ok_and(|v| v == "1");
+    let code = match example::run(peers, Duration::from_secs(30), quiet) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("host_pair: {e}");
