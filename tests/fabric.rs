@@ -203,6 +203,37 @@ fn fi_pingpong_msg_zero_config_default_link() {
     ok_pingpong(&p, "msg", &["64", "1k", "64k", "1m"]);
 }
 
+/// At exit libfabric's destructor dlclose()s its providers while droce's host threads (the
+/// ACK watchdog here) still run: the provider pins itself (RTLD_NODELETE). `tests/fabric/
+/// exit_app.c` opens and closes a domain and returns; `slow_fini.c`, loaded by EAL as a
+/// plugin, keeps the exit going 50 ms after libfabric's destructor. Without the pin every run
+/// died of SIGSEGV (fabtests' fi_dom_test did in 2 runs of 12).
+#[test]
+fn provider_survives_libfabric_exit() {
+    need_tools();
+    if !have("cc") {
+        eprintln!("SKIP: no C compiler (build-essential)");
+        return;
+    }
+    let dir = profile_dir();
+    let (app, plugin) = (dir.join("droce_fi_exit_app"), dir.join("droce_slow_fini.so"));
+    for cmd in [
+        format!("cc -O2 -o {} {} -lfabric", app.display(), repo_path("tests/fabric/exit_app.c").display()),
+        format!("cc -O2 -shared -fPIC -o {} {}", plugin.display(), repo_path("tests/fabric/slow_fini.c").display()),
+    ] {
+        let b = run("cc", &args(&cmd), &[], DEADLINE);
+        assert!(b.ok(), "{cmd}:\n{}", b.show());
+    }
+    let _g = serial();
+    for i in 0..3 {
+        // each run its own zero-config link (droce() names one)
+        let mut env = droce().env;
+        env.extend(harness::env(&[("DROCE_EAL", &format!("-d {}", plugin.display()))]));
+        let d = run("exit_app", &[app.display().to_string()], &env, DEADLINE);
+        assert!(d.ok() && d.out.contains("exit_app: closed"), "run {i}:\n{}", d.show());
+    }
+}
+
 // ---------------------------------------------------------------- harness self-checks
 
 #[test]

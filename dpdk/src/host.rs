@@ -62,7 +62,7 @@ use crate::{Eal, Mempool, MempoolConfig, Port, PortConfig, PortId, QueueId};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -881,6 +881,13 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
             let watchdog = cfg.hold_acks && !thread;
             let host = Host::open(cfg)?;
             let m: &'static Mutex<Host> = Box::leak(Box::new(Mutex::new(host)));
+            // Our threads run this library's code to the end of the process: libfabric
+            // dlclose()s its providers in its exit-time destructor, and a thread that woke up
+            // in unmapped code crashed the process at exit (fi_dom_test, 2 in 12 runs).
+            sys::pin_own_library();
+            if thread || watchdog {
+                sys::at_exit(stop_threads);
+            }
             if thread {
                 std::thread::Builder::new()
                     .name("droce-progress".into())
@@ -922,14 +929,42 @@ fn ack_watchdog(m: &'static Mutex<Host>) {
             // the application is in a call: that call polls
             Err(std::sync::TryLockError::WouldBlock) => continue,
         };
+        if EXITING.load(Ordering::SeqCst) {
+            return;
+        }
         h.dev.flush_if_unpolled(&mut seen);
+    }
+}
+
+/// Set by the exit handler: the host's threads stop touching DPDK (whose destructors run next).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// At process exit (before the libraries' destructors): the progress and watchdog threads
+/// check [`EXITING`] with the host lock held, so once this handler has set it and passed the
+/// lock neither calls into DPDK again. The lock is waited for at most 50 ms (an application
+/// thread may hold it while another exits).
+extern "C" fn stop_threads() {
+    EXITING.store(true, Ordering::SeqCst);
+    if let Some(Ok(m)) = GLOBAL.get() {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_millis(50) {
+            match m.try_lock() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return,
+                Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
+            }
+        }
     }
 }
 
 fn progress_loop(m: &'static Mutex<Host>) {
     let mut idle = 0u32;
     loop {
-        let busy = m.lock().unwrap_or_else(PoisonError::into_inner).progress();
+        let mut h = m.lock().unwrap_or_else(PoisonError::into_inner);
+        if EXITING.load(Ordering::SeqCst) {
+            return;
+        }
+        let busy = h.progress();
+        drop(h);
         if busy {
             idle = 0;
             // let application threads waiting for the lock in
@@ -958,6 +993,31 @@ mod sys {
     extern "C" {
         // lib/log in DPDK 22.11 (librte_eal), not in dpdk-sys's bindgen allowlist
         fn rte_openlog_stream(f: *mut libc::FILE) -> c_int;
+    }
+
+    /// Keeps the shared object this code is in (the libfabric provider, the UCX module)
+    /// loaded until the process exits: RTLD_NODELETE on the already loaded object. Nothing
+    /// happens in an executable or when the loader refuses.
+    pub fn pin_own_library() {
+        // SAFETY: dladdr fills `info` for an address of our own code; dlopen with RTLD_NOLOAD
+        // only looks up an object already loaded (the name dladdr gave) and marks it
+        // NODELETE; the handle it returns is deliberately never closed.
+        unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            let here = pin_own_library as *const libc::c_void;
+            if libc::dladdr(here, &mut info) != 0 && !info.dli_fname.is_null() {
+                libc::dlopen(info.dli_fname, libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE);
+            }
+        }
+    }
+
+    /// Registers `f` to run at process exit (C `atexit`; with the library pinned it runs at
+    /// exit, before the libraries' destructors).
+    pub fn at_exit(f: extern "C" fn()) {
+        // SAFETY: `f` is a plain function with no arguments, valid for the whole process.
+        unsafe {
+            libc::atexit(f);
+        }
     }
 
     pub fn uid() -> u32 {
