@@ -50,7 +50,9 @@
 //! `HostError::Config` naming both holders' pids; a client whose server exits does not reconnect.
 //!
 //! # Exit
-//! DPDK cannot be re-initialised in a process, and DPDK 22.11 crashes when `rte_eal_cleanup` or a
+//! [`global`] marks the shared object it is in RTLD_NODELETE (libfabric dlclose()s providers
+//! in its exit-time destructor while the host's threads still run) and stops its threads from
+//! calling into DPDK in an exit handler. DPDK cannot be re-initialised in a process, and DPDK 22.11 crashes when `rte_eal_cleanup` or a
 //! memif stop races the EAL interrupt thread at exit: the global host is never closed. A `Host`
 //! that is dropped stops and closes its port (memif: left to the exit, see
 //! [`crate::Port::close_at_exit`]) and ends EAL with [`Eal::release_for_exit`]; EAL cannot be
