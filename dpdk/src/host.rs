@@ -52,11 +52,11 @@
 //! # Exit
 //! [`global`] marks the shared object it is in RTLD_NODELETE (libfabric dlclose()s providers
 //! in its exit-time destructor while the host's threads still run) and stops its threads from
-//! calling into DPDK in an exit handler. DPDK cannot be re-initialised in a process, and DPDK 22.11 crashes when `rte_eal_cleanup` or a
-//! memif stop races the EAL interrupt thread at exit: the global host is never closed. A `Host`
-//! that is dropped stops and closes its port (memif: left to the exit, see
-//! [`crate::Port::close_at_exit`]) and ends EAL with [`Eal::release_for_exit`]; EAL cannot be
-//! opened again in that process.
+//! calling into DPDK in an exit handler. DPDK cannot be re-initialised in a process, and DPDK
+//! 22.11 crashes when `rte_eal_cleanup` or a memif stop races the EAL interrupt thread at exit:
+//! the global host is never closed. A `Host` that is dropped stops and closes its port (memif:
+//! left to the exit, see [`crate::Port::close_at_exit`]) and ends EAL with
+//! [`Eal::release_for_exit`]; EAL cannot be opened again in that process.
 
 use crate::roce::cm::{CmAgent, CmAgentConfig};
 use crate::roce::{FaultConfig, RoceConfig, RoceDevice};
@@ -1197,7 +1197,7 @@ mod tests {
     fn every_key() {
         let text = "vdev = net_memif0,role=server\nvdev=net_ring0\nallow = 0000:01:00.0\nport = net_ring0\nip = fd00::{rank}\n\
                     peer = fd00::9\nneighbour = fd00::9 02:00:00:00:00:09\nneighbor = 10.0.0.1 2:0:0:0:0:a\nmtu = 9000\n\
-                    hugepages = yes\nlcore = 1\nmbufs = 4095\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
+                    hugepages = yes\nhold-acks = no\nlcore = 1\nmbufs = 4095\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
                     eal = --in-memory  -n 4\n";
         let c = p(text, Some(7)).unwrap();
         assert_eq!(c.ip, "fd00::7".parse::<IpAddr>().unwrap());
@@ -1207,6 +1207,7 @@ mod tests {
         assert_eq!(c.neighbours[1].1, [2, 0, 0, 0, 0, 0xa]);
         assert_eq!(c.eth_mtu, Some(9000));
         assert_eq!(c.mbufs, 4095);
+        assert!(!c.hold_acks);
         assert!(c.faults.unwrap().rx.drop == 0.5 && c.faults.unwrap().seed == 3);
         assert_eq!(c.pcap, Some(PathBuf::from(format!("/tmp/x{}.pcap", std::process::id()))));
         assert!(!eal_has(&c, "--no-huge") && !eal_has(&c, "--no-pci"));
@@ -1216,6 +1217,7 @@ mod tests {
         let c = p("vdev = net_ring0\nip = 1.2.3.4\nmemory = 128\neal = --lcores=0@1\n", None).unwrap();
         let s = c.eal_args.join(" ");
         assert!(s.contains("--no-huge -m 128 --no-pci") && !s.contains(" -l "), "{s}");
+        assert!(c.hold_acks, "ACKs are held by default");
     }
 
     fn err(text: &str, rank: Option<u32>) -> String {
@@ -1250,6 +1252,8 @@ mod tests {
         assert!(s.contains("line 3") && s.contains("MAC"), "{s}");
         let s = err("vdev = x\nip = 10.0.0.1\nprogress = sometimes\n", None);
         assert!(s.contains("line 3") && s.contains("manual or thread"), "{s}");
+        let s = err("vdev = x\nip = 10.0.0.1\nhold-acks = later\n", None);
+        assert!(s.contains("line 3") && s.contains("'hold-acks'") && s.contains("yes or no"), "{s}");
         let s = err("vdev = x\nip = 10.0.0.1\nfaults = rx:explode=1\n", None);
         assert!(s.contains("line 3") && s.contains("'faults'"), "{s}");
         let s = err("vdev = x\nip = 10.0.0.1\nmtu = 100000\n", None);
