@@ -43,8 +43,9 @@ pub const LRH_SEED: u32 = crc32_bitwise(0, &[0xff; 8]);
 
 /// Continues a CRC-32: `crc32_update(crc32(a), b) == crc32(a ++ b)`, `crc32_update(0, a) == crc32(a)`.
 ///
-/// Carry-less multiply (PCLMULQDQ, folding 64 bytes per step) through `crc32fast`; chosen
-/// over the table-driven `crc` crate and `crc-fast` by `benches/icrc.rs` (see BENCHMARKS.md).
+/// Carry-less multiply through `crc32fast` (PCLMULQDQ folding; since 1.5 it picks its AVX2 or
+/// AVX-512 VPCLMULQDQ loops at run time where the CPU has them); chosen over the table-driven
+/// `crc` crate and `crc-fast` by `benches/icrc.rs` (see BENCHMARKS.md).
 #[inline]
 pub fn crc32_update(state: u32, data: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new_with_initial(state);
