@@ -54,6 +54,13 @@ struct PeerState {
     pinged: bool,
 }
 
+impl PeerState {
+    /// The main exchange with this peer is complete: both messages in, both sends completed.
+    fn exchanged(&self) -> bool {
+        self.got_text && self.got_large && self.sent == 2
+    }
+}
+
 struct App {
     me: IpAddr,
     peers: Vec<IpAddr>,
@@ -118,7 +125,7 @@ impl App {
     }
 
     fn done(&self) -> bool {
-        self.st.iter().all(|s| s.got_text && s.got_large && s.sent == 2 && (!self.quiet_check || s.pinged))
+        self.st.iter().all(|s| s.exchanged() && (!self.quiet_check || s.pinged))
     }
 }
 
@@ -281,7 +288,7 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool)
                 (k, op) => return Err(format!("unexpected completion kind {k} {op:?}")),
             }
         }
-        if quiet_check && ping_posted.is_none() && me < app.peers[0] && app.st[0].got_text && app.st[0].got_large && app.st[0].sent == 2 {
+        if quiet_check && ping_posted.is_none() && me < app.peers[0] && app.st[0].exchanged() {
             let qp = app.st[0].qp.ok_or("no QP")?;
             let s = app.send_area() + 15 * SMALL;
             h.dev().write_mem(s, b"quiet?").map_err(|e| format!("{e:?}"))?;

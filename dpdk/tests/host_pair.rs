@@ -19,7 +19,8 @@ fn pair(progress: &str, hold_ms: u32) {
 }
 
 fn pair_with(progress: &str, hold_ms: u32, more: &[(&'static str, &str)]) -> [(Option<i32>, Vec<String>, String); 2] {
-    let tag: String = more.iter().map(|(k, v)| format!("-{}{v}", &k[k.len() - 2..])).collect();
+    // a link of its own per variant (the values tell them apart)
+    let tag: String = more.iter().map(|(_, v)| format!("-{v}")).collect();
     let link = format!("test-{}-{progress}{tag}", std::process::id());
     let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
         let mut v: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone()), ("DROCE_PROGRESS", progress.to_string()), ("HOST_TEST_HOLD_MS", hold_ms.to_string())];
