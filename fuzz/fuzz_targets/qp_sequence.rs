@@ -273,7 +273,7 @@ fn packet(u: &mut Unstructured, w: &mut World) -> Result<()> {
         let i = u.choose_index(frame.len())?;
         frame[i] ^= 1 << u.int_in_range(0..=7)?;
     }
-    w.dev.handle_rx(Instant(w.now), &frame);
+    w.dev.handle_rx(Instant(w.now), &mut frame);
     Ok(())
 }
 
@@ -352,8 +352,8 @@ fn run(data: &[u8]) -> Result<()> {
         match u.int_in_range(0..=9)? {
             0 => {
                 let n = u.int_in_range(0..=1600)?;
-                let raw = u.bytes(n.min(u.len()))?.to_vec();
-                w.dev.handle_rx(Instant(w.now), &raw);
+                let mut raw = u.bytes(n.min(u.len()))?.to_vec();
+                w.dev.handle_rx(Instant(w.now), &mut raw);
             }
             1..=4 => packet(&mut u, &mut w)?,
             5 => {

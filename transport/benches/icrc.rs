@@ -1,4 +1,5 @@
-//! ICRC throughput: droce's implementation (carry-less multiply through `crc32fast`) against
+//! ICRC throughput: droce's implementation (carry-less multiply through `crc32fast`; in place,
+//! as the TX and RX paths run it, and with the copied prefix, as `icrc::compute`) against
 //! the table-driven `crc` crate and the AVX-512/VPCLMULQDQ `crc-fast` crate, on whole RoCEv2
 //! frames (RC SEND Middle over IPv4) with 64 B, 1 KiB and 4 KiB of payload (frames of 122,
 //! 1082 and 4154 bytes). Plain `harness = false` main printing GB/s and ratios.
@@ -155,8 +156,9 @@ fn main() {
     }
     println!("ICRC throughput, one core, GB/s over the ICRC-covered bytes (IP header .. pad)");
     println!(
-        "{:>7} | {:>14} | {:>12} | {:>13} | {:>9} | {:>14} | {:>15}",
+        "{:>7} | {:>14} | {:>14} | {:>12} | {:>13} | {:>9} | {:>14} | {:>15}",
         "payload",
+        "droce in place",
         "droce (chosen)",
         "crc Table<1>",
         "crc Table<16>",
@@ -180,8 +182,12 @@ fn main() {
             assert_eq!(icrc_with(u, body), want, "implementation {i} disagrees");
         }
         assert_eq!(icrc::compute(body).unwrap(), want);
+        let mut scratch = body.to_vec();
+        assert_eq!(icrc::compute_in_place(&mut scratch).unwrap(), want);
+        let scratch = std::cell::RefCell::new(scratch);
         let r = measure(
             &[
+                &|_| icrc::compute_in_place(&mut scratch.borrow_mut()).unwrap(),
                 &|b| icrc::compute(b).unwrap(),
                 &|b| icrc_with(crc_table1, b),
                 &|b| icrc_with(crc_table16, b),
@@ -189,10 +195,11 @@ fn main() {
             ],
             body,
         );
-        let (chosen, t1, t16, cf) = (r[0], r[1], r[2], r[3]);
+        let (in_place, chosen, t1, t16, cf) = (r[0], r[1], r[2], r[3], r[4]);
         println!(
-            "{:>6}B | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x",
+            "{:>6}B | {:>14.2} | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x",
             size,
+            in_place,
             chosen,
             t1,
             t16,

@@ -22,7 +22,7 @@
 //! let now = Instant::from_nanos(0);
 //! while let Some(len) = dev.poll_transmit(now, &mut buf) { /* put buf[..len] on the wire */ }
 //! if let Some(t) = dev.poll_timeout() { /* call dev.handle_timeout(t) when the clock reaches t */ }
-//! // for each received frame: dev.handle_rx(now, frame); completions: dev.poll_cq(cq, &mut wcs)
+//! // for each received frame: dev.handle_rx(now, &mut frame); completions: dev.poll_cq(cq, &mut wcs)
 //! # let _ = (mr, qp);
 //! ```
 
@@ -974,9 +974,10 @@ impl<M: Memory> Device<M> {
 
     // ---------------------------------------------------------------- receive
 
-    /// Feed one received Ethernet frame in.
-    pub fn handle_rx(&mut self, now: Instant, frame: &[u8]) {
-        let (repr, range) = match RoceRepr::parse(frame) {
+    /// Feed one received Ethernet frame in. The frame is scratch for the ICRC check
+    /// ([`RoceRepr::parse_in_place`]) and is unchanged on return.
+    pub fn handle_rx(&mut self, now: Instant, frame: &mut [u8]) {
+        let (repr, range) = match RoceRepr::parse_in_place(frame) {
             Ok(x) => x,
             Err(wire::Error) => {
                 if icrc_failed(frame) {

@@ -282,10 +282,10 @@ impl Pair {
         }
         self.buf = buf;
         while self.wire.peek().is_some_and(|Reverse(f)| f.at <= self.now) {
-            let Some(Reverse(f)) = self.wire.pop() else { break };
+            let Some(Reverse(mut f)) = self.wire.pop() else { break };
             self.stats.delivered += 1;
             let dev = if f.to_b { &mut self.b.dev } else { &mut self.a.dev };
-            dev.handle_rx(self.now, &f.frame);
+            dev.handle_rx(self.now, &mut f.frame);
             self.pool.push(f.frame);
             busy = true;
         }

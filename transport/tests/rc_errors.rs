@@ -399,7 +399,7 @@ fn sqd_drains_then_notifies() {
     // Start the first message, then ask for SQD: it finishes, the second one does not start.
     let mut buf = vec![0u8; p.a.dev.max_frame_len()];
     let n = p.a.dev.poll_transmit(p.now, &mut buf).unwrap();
-    p.b.dev.handle_rx(p.now, &buf[..n]);
+    p.b.dev.handle_rx(p.now, &mut buf[..n]);
     p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(MEM_BASE, 8, la)).unwrap();
     let sqd = QpAttr { qp_state: QpState::Sqd, en_sqd_async_notify: true, ..QpAttr::default() };
     p.a.dev.modify_qp(qa, &sqd, QpAttrMask::STATE | QpAttrMask::EN_SQD_ASYNC_NOTIFY).unwrap();

@@ -188,7 +188,7 @@ fn poll_transmit_data_holds_acks_not_read_responses() {
     p.a.dev.post_send(qa, SendWr::new(10, SendOpcode::Send).with_sge(MEM_BASE, 8, la)).unwrap();
     let n = p.a.dev.poll_transmit_data(now, &mut buf).expect("the SEND is data");
     assert_eq!(op_of(&buf[..n]), Opcode::RcSendOnly);
-    p.b.dev.handle_rx(now, &buf[..n]);
+    p.b.dev.handle_rx(now, &mut buf[..n]);
     let wc = p.b.poll().expect("receive completes before any ACK is sent");
     assert_eq!((wc.opcode, wc.status), (WcOpcode::Recv, WcStatus::Success));
     assert!(p.b.dev.poll_transmit_data(now, &mut buf).is_none(), "the ACK waits");
@@ -196,10 +196,10 @@ fn poll_transmit_data_holds_acks_not_read_responses() {
     p.b.dev.post_send(qb, SendWr::new(20, SendOpcode::Send).with_sge(MEM_BASE, 8, lb)).unwrap();
     let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("reply");
     assert_eq!(op_of(&buf[..n]), Opcode::RcSendOnly);
-    p.a.dev.handle_rx(now, &buf[..n]);
+    p.a.dev.handle_rx(now, &mut buf[..n]);
     let n = p.b.dev.poll_transmit(now, &mut buf).expect("held ACK");
     assert_eq!(op_of(&buf[..n]), Opcode::RcAcknowledge);
-    p.a.dev.handle_rx(now, &buf[..n]);
+    p.a.dev.handle_rx(now, &mut buf[..n]);
     assert!(p.b.dev.poll_transmit(now, &mut buf).is_none());
     let mut got = Vec::new();
     while let Some(wc) = p.a.poll() {
@@ -210,7 +210,7 @@ fn poll_transmit_data_holds_acks_not_read_responses() {
     // a READ response is data: not held
     p.b.dev.post_send(qb, SendWr::new(30, SendOpcode::Read).with_sge(MEM_BASE + 0x100, 16, lb).with_remote(MEM_BASE, p.a.mr.rkey)).unwrap();
     let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("READ request");
-    p.a.dev.handle_rx(now, &buf[..n]);
+    p.a.dev.handle_rx(now, &mut buf[..n]);
     // A still owes B an ACK for the reply SEND: it goes, in order, with the READ response
     // queued behind it (the response is not held)
     let n = p.a.dev.poll_transmit_data(now, &mut buf).expect("ACK ahead of a READ response");

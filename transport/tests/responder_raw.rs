@@ -68,7 +68,10 @@ impl R {
         r.reth = reth;
         let mut f = vec![0u8; r.frame_len(payload.len())];
         r.emit(payload, &mut f);
-        self.dev.handle_rx(Instant(now), &f);
+        let sent = f.clone();
+        self.dev.handle_rx(Instant(now), &mut f);
+        // the frame is only scratch for the ICRC check: the caller gets it back unchanged
+        assert_eq!(f, sent, "handle_rx changed the frame");
     }
     /// (opcode, psn, AETH syndrome, MSN) of every frame the device sends now.
     fn tx(&mut self, now: u64) -> Vec<(Opcode, u32, AethSyndrome, u32)> {

@@ -162,13 +162,13 @@ fn rc_exchange(file: &str) {
     }
     // Our responder, fed rxe's request, answers like rxe.
     for f in reqs {
-        server.dev.handle_rx(Instant(0), f);
+        server.dev.handle_rx(Instant(0), &mut f.clone());
     }
     let answer = transmit_all(&mut server.dev);
     assert!(!answer.is_empty(), "{file}: no response");
     assert_same(&answer[0], resp, &format!("{file} response"));
     // And our requester accepts rxe's response.
-    client.dev.handle_rx(Instant(0), resp);
+    client.dev.handle_rx(Instant(0), &mut resp.to_vec());
     let wc = client.dev.poll_cq_one(client.cq).unwrap();
     if r1.bth.opcode == Opcode::RcReadRequest && nreq == 1 && r2.bth.opcode != Opcode::RcReadResponseOnly {
         return; // multi-packet READ responses: only the first was replayed
@@ -229,7 +229,7 @@ fn c1_read_64k_response_stream() {
     let data: Vec<u8> = resp.iter().flat_map(|f| { let (_, r) = RoceRepr::parse(f).unwrap(); f[r].to_vec() }).collect();
     assert_eq!(data.len(), 65536);
     server.dev.memory_mut().write(reth.va, &data).unwrap();
-    server.dev.handle_rx(Instant(0), &fr[0]);
+    server.dev.handle_rx(Instant(0), &mut fr[0].clone());
     let ours = transmit_all(&mut server.dev);
     assert_eq!(ours.len(), 64);
     for (i, (o, w)) in ours.iter().zip(&resp).enumerate() {
@@ -265,7 +265,7 @@ fn e1_ud_send_only() {
     // Receive rxe's datagram: GRH (IPv4 header in the last 20 bytes) + payload.
     let lks = server.mr.lkey;
     server.dev.post_recv(qs, RecvWr::new(3).with_sge(0x6000_0000, 4096, lks)).unwrap();
-    server.dev.handle_rx(Instant(0), &fr[0]);
+    server.dev.handle_rx(Instant(0), &mut fr[0].clone());
     let wc = server.dev.poll_cq_one(server.cq).unwrap().unwrap();
     assert_eq!((wc.status, wc.byte_len, wc.src_qp), (WcStatus::Success, 40 + pl.len() as u32, deth.src_qp));
     assert!(wc.wc_flags.contains(WcFlags::GRH));

@@ -339,10 +339,10 @@ fn ipv6_gids_rc_and_ud() {
             if RoceRepr::parse(&buf[..n]).unwrap().0.deth.is_some() {
                 ud_frame = buf[..n].to_vec();
             }
-            b.handle_rx(droce_transport::Instant(0), &buf[..n]);
+            b.handle_rx(droce_transport::Instant(0), &mut buf[..n]);
         }
         while let Some(n) = b.poll_transmit(droce_transport::Instant(0), &mut buf) {
-            a.handle_rx(droce_transport::Instant(0), &buf[..n]);
+            a.handle_rx(droce_transport::Instant(0), &mut buf[..n]);
         }
     }
     let wa: Vec<_> = std::iter::from_fn(|| a.poll_cq_one(cqa).unwrap()).map(|w| w.status).collect();

@@ -765,8 +765,8 @@ impl RoceDevice {
         }
         if let Some(h) = &self.held_rx {
             if now.0.saturating_sub(h.since) >= REORDER_HOLD_NS {
-                let h = self.held_rx.take().map(|h| h.frame).unwrap_or_default();
-                self.rx_frame(now, &h);
+                let mut h = self.held_rx.take().map(|h| h.frame).unwrap_or_default();
+                self.rx_frame(now, &mut h);
             }
         }
         // timers
@@ -929,7 +929,7 @@ impl RoceDevice {
         if own {
             let mac = self.mac();
             m.data_mut()[0..6].copy_from_slice(&mac);
-            self.rx_frame(Instant(now), m.data());
+            self.rx_frame(Instant(now), m.data_mut());
             return;
         }
         match self.neigh.lookup(ip, now) {
@@ -1035,11 +1035,11 @@ impl RoceDevice {
 
     // ------------------------------------------------------------------ receive
 
-    fn rx_mbuf(&mut self, now: Instant, m: Mbuf) {
+    fn rx_mbuf(&mut self, now: Instant, mut m: Mbuf) {
         self.counters.rx_frames += 1;
         if m.nb_segs() == 1 && self.fault_rx.is_none() {
             // The common path: parse in the mbuf, no copy before the transport.
-            self.rx_frame_with_mbuf(now, &m);
+            self.rx_frame_with_mbuf(now, &mut m);
             return;
         }
         let mut frame = core::mem::take(&mut self.scratch);
@@ -1060,36 +1060,37 @@ impl RoceDevice {
                     if a.reorder && self.held_rx.is_none() {
                         self.held_rx = Some(HeldRx { frame: frame.clone(), since: now.0 });
                     } else {
-                        self.demux(now, &frame, None);
+                        self.demux(now, &mut frame, None);
                         if a.dup {
-                            self.demux(now, &frame, None);
+                            self.demux(now, &mut frame, None);
                         }
-                        if let Some(h) = self.held_rx.take() {
-                            self.demux(now, &h.frame, None);
+                        if let Some(mut h) = self.held_rx.take() {
+                            self.demux(now, &mut h.frame, None);
                         }
                     }
                 }
             }
-            None => self.demux(now, &frame, None),
+            None => self.demux(now, &mut frame, None),
         }
         self.scratch = frame;
     }
 
-    fn rx_frame_with_mbuf(&mut self, now: Instant, m: &Mbuf) {
-        let d = m.data();
-        if self.pcap.is_some() && is_captured(d) {
-            self.capture(now.0, d);
+    fn rx_frame_with_mbuf(&mut self, now: Instant, m: &mut Mbuf) {
+        if self.pcap.is_some() && is_captured(m.data()) {
+            self.capture(now.0, m.data());
         }
         let ip_ok = if self.rx_ip_offload { Some(m.rx_ip_cksum()) } else { None };
-        self.demux(now, d, ip_ok);
+        self.demux(now, m.data_mut(), ip_ok);
     }
 
     /// A frame released from the RX reorder hold.
-    fn rx_frame(&mut self, now: Instant, frame: &[u8]) {
+    fn rx_frame(&mut self, now: Instant, frame: &mut [u8]) {
         self.demux(now, frame, None);
     }
 
-    fn demux(&mut self, now: Instant, f: &[u8], ip_cksum: Option<crate::CksumStatus>) {
+    /// `f` is scratch for the transport's ICRC check ([`Device::handle_rx`]): unchanged
+    /// on return.
+    fn demux(&mut self, now: Instant, f: &mut [u8], ip_cksum: Option<crate::CksumStatus>) {
         if f.len() < 14 {
             self.counters.truncated += 1;
             return;
@@ -1126,7 +1127,7 @@ impl RoceDevice {
                     return;
                 }
                 self.counters.rx_roce += 1;
-                self.dev.handle_rx(now, &f[..14 + total]);
+                self.dev.handle_rx(now, &mut f[..14 + total]);
             }
             ETHERTYPE_IPV6 => {
                 if f.len() < 54 {
@@ -1142,7 +1143,7 @@ impl RoceDevice {
                     IPPROTO_ICMPV6 => self.rx_nd(now.0, f),
                     17 if plen >= 8 && u16::from_be_bytes([f[56], f[57]]) == droce_transport::wire::ROCE_V2_PORT => {
                         self.counters.rx_roce += 1;
-                        self.dev.handle_rx(now, &f[..54 + plen]);
+                        self.dev.handle_rx(now, &mut f[..54 + plen]);
                     }
                     _ => self.counters.non_roce_drops += 1,
                 }

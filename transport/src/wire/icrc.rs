@@ -53,7 +53,7 @@ pub fn crc32_update(state: u32, data: &[u8]) -> u32 {
     h.finalize()
 }
 
-/// Length of the invariant-masked prefix (IP + UDP + BTH) of `ip_packet`.
+/// Length of the IP header and of the invariant-masked prefix (IP + UDP + BTH) of `ip_packet`.
 fn prefix_len(ip_packet: &[u8]) -> Result<(usize, usize)> {
     let first = *ip_packet.first().ok_or(Error)?;
     let ip_len = match first >> 4 {
@@ -74,36 +74,64 @@ fn prefix_len(ip_packet: &[u8]) -> Result<(usize, usize)> {
     Ok((ip_len, n))
 }
 
+/// The variant fields of a prefix with an IP header of `ip_len` bytes: (offset from the IP
+/// header, bits the ICRC sees as ones). At most 8 entries; the rest of the array is unused.
+fn variant_fields(version: u8, ip_len: usize) -> ([(usize, u8); 8], usize) {
+    let udp_ck = ip_len + 6;
+    let resv8a = ip_len + udp::HEADER_LEN + bth::ICRC_MASKED_BYTE;
+    if version == 6 && ip_len == ipv6::HEADER_LEN {
+        // traffic class (4 + 4 bits), flow label (20 bits), hop limit
+        let f = [(0, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff), (udp_ck, 0xff), (udp_ck + 1, 0xff), (resv8a, 0xff)];
+        (f, 8)
+    } else {
+        // TOS (DSCP + ECN), TTL, header checksum
+        let f = [(1, 0xff), (8, 0xff), (10, 0xff), (11, 0xff), (udp_ck, 0xff), (udp_ck + 1, 0xff), (resv8a, 0xff), (0, 0)];
+        (f, 7)
+    }
+}
+
 /// Computes the ICRC of `ip_packet`, which runs from the first byte of the IP header to the
 /// last pad byte (the ICRC trailer excluded). Fails when it is too short to hold IP, UDP and
 /// BTH headers or is not IPv4/IPv6.
+///
+/// Copies the masked prefix (at most 80 bytes) to the stack and runs the CRC in two parts;
+/// where the buffer may be written, [`compute_in_place`] does one pass and is 2-4x faster.
 pub fn compute(ip_packet: &[u8]) -> Result<u32> {
     let (ip_len, n) = prefix_len(ip_packet)?;
     // IPv4 options (up to 40 bytes) would make the prefix up to 80 bytes.
     let mut masked = [0u8; 60 + 20];
     let m = &mut masked[..n];
     m.copy_from_slice(&ip_packet[..n]);
-    if ip_len == ipv6::HEADER_LEN && m[0] >> 4 == 6 {
-        m[0] |= 0x0f; // traffic class (high nibble)
-        m[1] = 0xff; // traffic class (low nibble), flow label
-        m[2] = 0xff;
-        m[3] = 0xff;
-        m[7] = 0xff; // hop limit
-    } else {
-        m[1] = 0xff; // TOS (DSCP + ECN)
-        m[8] = 0xff; // TTL
-        m[10] = 0xff; // header checksum
-        m[11] = 0xff;
+    let (fields, k) = variant_fields(m[0] >> 4, ip_len);
+    for &(at, ones) in &fields[..k] {
+        m[at] |= ones;
     }
-    m[ip_len + 6] = 0xff; // UDP checksum
-    m[ip_len + 7] = 0xff;
-    m[ip_len + udp::HEADER_LEN + bth::ICRC_MASKED_BYTE] = 0xff; // BTH resv8a (FECN, BECN)
     // One hasher for both parts: its constructor runs the CPU feature check and setup,
     // which on a 64-byte payload costs about as much as the CRC itself.
     let mut h = crc32fast::Hasher::new_with_initial(LRH_SEED);
     h.update(m);
     h.update(&ip_packet[n..]);
     Ok(h.finalize())
+}
+
+/// [`compute`] with the buffer as scratch: sets the variant fields to ones in place, runs
+/// the CRC in one pass over the whole packet, and puts the fields back, so `ip_packet` is
+/// unchanged on return. One pass instead of a copied prefix plus the rest saves the second
+/// CRC kernel's setup and reduction: 10.7 vs 44.4 ns on a 64-byte SEND, 31 vs 61 ns with
+/// 1 KiB of payload (`cargo bench --bench icrc`).
+pub fn compute_in_place(ip_packet: &mut [u8]) -> Result<u32> {
+    let (ip_len, _) = prefix_len(ip_packet)?;
+    let (fields, k) = variant_fields(ip_packet[0] >> 4, ip_len);
+    let mut saved = [0u8; 8];
+    for (i, &(at, ones)) in fields[..k].iter().enumerate() {
+        saved[i] = ip_packet[at];
+        ip_packet[at] |= ones;
+    }
+    let crc = crc32_update(LRH_SEED, ip_packet);
+    for (i, &(at, _)) in fields[..k].iter().enumerate() {
+        ip_packet[at] = saved[i];
+    }
+    Ok(crc)
 }
 
 /// Checks the ICRC of `ip_packet_with_icrc` (IP header to the end of the ICRC trailer).
@@ -114,6 +142,18 @@ pub fn verify(ip_packet_with_icrc: &[u8]) -> bool {
     let (body, trailer) = ip_packet_with_icrc.split_at(end);
     match compute(body) {
         Ok(c) => c.to_le_bytes() == trailer,
+        Err(_) => false,
+    }
+}
+
+/// [`verify`] through [`compute_in_place`]: `ip_packet_with_icrc` is unchanged on return.
+pub fn verify_in_place(ip_packet_with_icrc: &mut [u8]) -> bool {
+    let Some(end) = ip_packet_with_icrc.len().checked_sub(ICRC_LEN) else {
+        return false;
+    };
+    let (body, trailer) = ip_packet_with_icrc.split_at_mut(end);
+    match compute_in_place(body) {
+        Ok(c) => c.to_le_bytes() == *trailer,
         Err(_) => false,
     }
 }
@@ -163,5 +203,53 @@ mod tests {
         }
         assert!(!verify(&f[..3]));
         assert!(compute(&f[..39]).is_err());
+    }
+
+    /// The in-place variants agree with the copying ones on every single-byte change of the
+    /// golden ACK (masked or not, IPv4) and leave the buffer as they found it.
+    #[test]
+    fn in_place_matches_copying_and_restores() {
+        let f = hex(A1_F2);
+        let mut g = f.clone();
+        assert!(verify_in_place(&mut g));
+        assert_eq!(g, f);
+        for i in 0..f.len() {
+            let mut g = f.clone();
+            g[i] ^= 0x5a;
+            let before = g.clone();
+            assert_eq!(verify_in_place(&mut g), verify(&before), "byte {i}");
+            assert_eq!(g, before, "byte {i} restored");
+            let body = &mut g[..f.len() - ICRC_LEN];
+            let want = compute(&before[..f.len() - ICRC_LEN]).ok();
+            assert_eq!(compute_in_place(body).ok(), want, "byte {i}");
+        }
+        let mut short = f[..39].to_vec();
+        assert!(compute_in_place(&mut short).is_err());
+        assert!(!verify_in_place(&mut short[..3]));
+    }
+
+    /// IPv6: the partly masked first byte (version stays covered, traffic class does not).
+    #[test]
+    fn in_place_ipv6_masks() {
+        // IPv6 + UDP + BTH + 16 bytes of payload, checksum fields arbitrary.
+        let mut p = vec![0u8; 40 + 8 + 12 + 16];
+        p[0] = 0x6a; // version 6, traffic class high nibble a
+        p[1] = 0xbc;
+        p[6] = 17;
+        p[7] = 64;
+        for (i, b) in p.iter_mut().enumerate().skip(8) {
+            *b ^= (i * 31) as u8;
+        }
+        p[0] = 0x6a;
+        let want = compute(&p).unwrap();
+        let before = p.clone();
+        assert_eq!(compute_in_place(&mut p).unwrap(), want);
+        assert_eq!(p, before);
+        let mut q = p.clone();
+        q[0] = 0x65; // traffic class only: same ICRC
+        q[7] = 1; // hop limit
+        assert_eq!(compute_in_place(&mut q).unwrap(), want);
+        q[0] = 0x4a; // the version is covered (and makes it IPv4: another prefix)
+        assert_ne!(compute(&q).ok(), Some(want));
     }
 }

@@ -180,6 +180,20 @@ impl RoceRepr {
         Self::parse_inner(frame, true)
     }
 
+    /// [`RoceRepr::parse`] with `frame` as scratch for the ICRC check
+    /// ([`icrc::verify_in_place`]: one CRC pass, no copy); `frame` is unchanged on return.
+    /// The receive path's parser.
+    pub fn parse_in_place(frame: &mut [u8]) -> Result<(RoceRepr, Range<usize>)> {
+        let (r, range) = Self::parse_inner(frame, false)?;
+        let l3 = eth::HEADER_LEN;
+        let ip_end = l3 + r.ip.header_len() + r.ip.payload_len();
+        if icrc::verify_in_place(&mut frame[l3..ip_end]) {
+            Ok((r, range))
+        } else {
+            Err(Error)
+        }
+    }
+
     /// Like [`RoceRepr::parse`] but without the ICRC check: for diagnostic tools that want to
     /// show a corrupted frame's fields. Never use it on the receive path.
     pub fn parse_without_icrc(frame: &[u8]) -> Result<(RoceRepr, Range<usize>)> {
@@ -404,7 +418,7 @@ pub fn finish_frame(buf: &mut [u8], payload_len: usize) -> usize {
     let pad = pad_len(payload_len);
     let icrc_at = ip_end - ICRC_LEN;
     buf[icrc_at - pad..icrc_at].fill(0);
-    let crc = icrc::compute(&buf[l3..icrc_at]).expect("finish_frame: headers not emitted");
+    let crc = icrc::compute_in_place(&mut buf[l3..icrc_at]).expect("finish_frame: headers not emitted");
     buf[icrc_at..ip_end].copy_from_slice(&crc.to_le_bytes());
     ip_end
 }
