@@ -30,7 +30,7 @@ use crate::counters::Counters;
 use crate::memory::Memory;
 use crate::qp::attr::{self, validate, InvalidAttr, PathMtu, QpAttr, QpAttrMask};
 use crate::qp::state::{mask_is_ok, transition};
-use crate::qp::{Qp, QpCap, QpHandle, QpInfo, QpInitAttr, QpState, QpType};
+use crate::qp::{Qp, QpCap, QpHandle, QpInfo, QpInitAttr, QpState, QpType, TxHeader};
 use crate::rc::completer::{self, Response};
 use crate::rc::requester::{ReqLimits, SendWqe};
 use crate::rc::responder::{self, RespCtx};
@@ -47,8 +47,8 @@ use crate::verbs::pd::ProtectionDomain;
 use crate::verbs::srq::{CreateSrqError, ModifySrqError};
 use crate::verbs::*;
 use crate::wire::{
-    self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType, IpRepr,
-    Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
+    self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType, ExtReprs,
+    HeaderTemplate, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
 };
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -1221,11 +1221,10 @@ impl<M: Memory> Device<M> {
     }
 
     fn emit(&mut self, idx: u32, pkt: &TxPkt, av: &AddressVector, sport: u16, pkey: PKey, buf: &mut [u8]) -> Option<usize> {
-        let sgid = *self.cfg.gids.get(av.sgid_index as usize)?;
-        let hop = if av.hop_limit == 0 { self.cfg.hop_limit } else { av.hop_limit };
-        let mut ip = IpRepr::from_gids(sgid, av.dgid, av.traffic_class, hop, av.flow_label).ok()?;
-        if let IpRepr::Ipv4(r) = &mut ip {
-            r.ident = self.ip_id;
+        self.header_template(idx, av, sport)?;
+        let tpl = &self.qps.get(idx)?.tx_hdr.as_ref()?.tpl;
+        let ident = self.ip_id;
+        if tpl.is_ipv4() {
             self.ip_id = self.ip_id.wrapping_add(1);
         }
         let bth = BthRepr {
@@ -1241,23 +1240,25 @@ impl<M: Memory> Device<M> {
             ack_req: pkt.ack_req,
             psn: pkt.psn,
         };
-        let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(av.dmac), ethertype: EtherType::Ipv4 };
-        let mut repr = RoceRepr::new(eth, ip, UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT }, bth);
-        repr.reth = pkt.reth;
-        repr.aeth = pkt.aeth;
-        repr.deth = pkt.deth;
-        repr.atomic = pkt.atomic;
-        repr.atomic_ack = pkt.atomic_ack;
-        repr.immdt = pkt.immdt;
-        repr.ieth = pkt.ieth;
+        let ext = ExtReprs {
+            reth: pkt.reth,
+            aeth: pkt.aeth,
+            deth: pkt.deth,
+            atomic: pkt.atomic,
+            atomic_ack: pkt.atomic_ack,
+            immdt: pkt.immdt,
+            ieth: pkt.ieth,
+        };
         let plen = match pkt.payload {
             Payload::None => 0,
             Payload::SendWqe { len, .. } | Payload::Memory { len, .. } => len as usize,
         };
-        if repr.frame_len(plen) > buf.len() {
+        let transport_len = pkt.opcode.info().header_len() + plen + wire::pad_len(plen) + wire::icrc::ICRC_LEN;
+        if tpl.len() + transport_len > buf.len() {
             return None;
         }
-        let h = repr.emit_headers(plen, buf);
+        let tp = tpl.emit(ident, transport_len, buf);
+        let h = tp + wire::emit_transport(&bth, &ext, plen, &mut buf[tp..]);
         let out = &mut buf[h..h + plen];
         match pkt.payload {
             Payload::None => {}
@@ -1283,6 +1284,22 @@ impl<M: Memory> Device<M> {
             }
         }
         Some(wire::finish_frame(buf, plen))
+    }
+
+    /// Make sure the QP's header template is the one for `av` and `sport`: made (from the
+    /// GID table) when the QP has none or one for another path. `None` when the source GID
+    /// index is out of the table or the two GIDs are not of one IP version.
+    fn header_template(&mut self, idx: u32, av: &AddressVector, sport: u16) -> Option<()> {
+        let q = self.qps.get_mut(idx)?;
+        if !q.tx_hdr.as_ref().is_some_and(|h| h.av == *av && h.sport == sport) {
+            let sgid = *self.cfg.gids.get(av.sgid_index as usize)?;
+            let hop = if av.hop_limit == 0 { self.cfg.hop_limit } else { av.hop_limit };
+            let ip = IpRepr::from_gids(sgid, av.dgid, av.traffic_class, hop, av.flow_label).ok()?;
+            let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(av.dmac), ethertype: EtherType::Ipv4 };
+            let udp = UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT };
+            q.tx_hdr = Some(TxHeader { av: *av, sport, tpl: HeaderTemplate::new(&eth, &ip, &udp) });
+        }
+        Some(())
     }
 }
 

@@ -77,6 +77,17 @@ pub(crate) struct Qp {
     pub in_ready: bool,
     /// An SQ drained event is owed (SQD entered with en_sqd_async_notify).
     pub sqd_notify: bool,
+    /// Outer headers of the last path this QP sent on (RC: its one path; UD: the last
+    /// destination), rebuilt when the address vector or UDP source port differs.
+    pub tx_hdr: Option<TxHeader>,
+}
+
+/// A [`HeaderTemplate`](crate::wire::HeaderTemplate) and the path it was made for.
+#[derive(Debug, Clone)]
+pub(crate) struct TxHeader {
+    pub av: crate::verbs::AddressVector,
+    pub sport: u16,
+    pub tpl: crate::wire::HeaderTemplate,
 }
 
 impl Qp {
@@ -97,6 +108,7 @@ impl Qp {
             scheduled: None,
             in_ready: false,
             sqd_notify: false,
+            tx_hdr: None,
         }
     }
 

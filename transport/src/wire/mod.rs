@@ -37,7 +37,7 @@ pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use opcode::{ExtHeader, ExtHeaders, OpInfo, Opcode, Operation, Position, TransportClass};
 pub use reth::{RethPacket, RethRepr};
-pub use roce::{finish_frame, IpRepr, RoceRepr, CNP_RESERVED_LEN};
+pub use roce::{emit_transport, finish_frame, pad_len, ExtReprs, HeaderTemplate, IpRepr, RoceRepr, CNP_RESERVED_LEN};
 pub use udp::{UdpPacket, UdpRepr, ROCE_V2_PORT};
 
 /// A byte range inside a header.
