@@ -216,7 +216,7 @@ fn packet(u: &mut Unstructured, w: &mut World) -> Result<()> {
         } else {
             u.arbitrary()?
         };
-        r.reth = Some(RethRepr {
+        r.ext.reth = Some(RethRepr {
             va: small_va(u, w)?,
             rkey,
             len,
@@ -225,7 +225,7 @@ fn packet(u: &mut Unstructured, w: &mut World) -> Result<()> {
     if info.has_aeth() {
         let syndrome =
             AethSyndrome::from_u8(u.arbitrary()?).unwrap_or(AethSyndrome::Ack { credits: 31 });
-        r.aeth = Some(AethRepr {
+        r.ext.aeth = Some(AethRepr {
             syndrome,
             msn: Msn::new(u.arbitrary()?),
         });
@@ -236,13 +236,13 @@ fn packet(u: &mut Unstructured, w: &mut World) -> Result<()> {
         } else {
             QKey(u.arbitrary()?)
         };
-        r.deth = Some(DethRepr {
+        r.ext.deth = Some(DethRepr {
             qkey,
             src_qp: Qpn::new(u.arbitrary()?),
         });
     }
     if info.has_atomic_eth() {
-        r.atomic = Some(AtomicEthRepr {
+        r.ext.atomic = Some(AtomicEthRepr {
             va: small_va(u, w)? & !if u.arbitrary()? { 7 } else { 0 },
             rkey,
             swap_add: u.arbitrary()?,
@@ -250,15 +250,15 @@ fn packet(u: &mut Unstructured, w: &mut World) -> Result<()> {
         });
     }
     if info.has_atomic_ack_eth() {
-        r.atomic_ack = Some(AtomicAckEthRepr {
+        r.ext.atomic_ack = Some(AtomicAckEthRepr {
             orig: u.arbitrary()?,
         });
     }
     if info.has_immdt() {
-        r.immdt = Some(u.arbitrary()?);
+        r.ext.immdt = Some(u.arbitrary()?);
     }
     if info.has_ieth() {
-        r.ieth = Some(Rkey(u.arbitrary()?));
+        r.ext.ieth = Some(Rkey(u.arbitrary()?));
     }
     let plen = if info.has_payload() {
         u.int_in_range(0..=300usize)?

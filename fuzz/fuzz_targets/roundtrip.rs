@@ -67,7 +67,7 @@ fn record(u: &mut Unstructured, consistent: bool) -> Result<RoceRepr> {
         Ok(if consistent { has } else { u.arbitrary()? })
     };
     if want(u, i.has_reth())? {
-        r.reth = Some(RethRepr {
+        r.ext.reth = Some(RethRepr {
             va: u.arbitrary()?,
             rkey: Rkey(u.arbitrary()?),
             len: u.arbitrary()?,
@@ -76,19 +76,19 @@ fn record(u: &mut Unstructured, consistent: bool) -> Result<RoceRepr> {
     if want(u, i.has_aeth())? {
         let b: u8 = u.arbitrary()?;
         let syndrome = AethSyndrome::from_u8(b).unwrap_or(AethSyndrome::Ack { credits: b & 0x1f });
-        r.aeth = Some(AethRepr {
+        r.ext.aeth = Some(AethRepr {
             syndrome,
             msn: Msn::new(u.arbitrary()?),
         });
     }
     if want(u, i.has_deth())? {
-        r.deth = Some(DethRepr {
+        r.ext.deth = Some(DethRepr {
             qkey: QKey(u.arbitrary()?),
             src_qp: Qpn::new(u.arbitrary()?),
         });
     }
     if want(u, i.has_atomic_eth())? {
-        r.atomic = Some(AtomicEthRepr {
+        r.ext.atomic = Some(AtomicEthRepr {
             va: u.arbitrary()?,
             rkey: Rkey(u.arbitrary()?),
             swap_add: u.arbitrary()?,
@@ -96,15 +96,15 @@ fn record(u: &mut Unstructured, consistent: bool) -> Result<RoceRepr> {
         });
     }
     if want(u, i.has_atomic_ack_eth())? {
-        r.atomic_ack = Some(AtomicAckEthRepr {
+        r.ext.atomic_ack = Some(AtomicAckEthRepr {
             orig: u.arbitrary()?,
         });
     }
     if want(u, i.has_immdt())? {
-        r.immdt = Some(u.arbitrary()?);
+        r.ext.immdt = Some(u.arbitrary()?);
     }
     if want(u, i.has_ieth())? {
-        r.ieth = Some(Rkey(u.arbitrary()?));
+        r.ext.ieth = Some(Rkey(u.arbitrary()?));
     }
     Ok(r)
 }

@@ -47,7 +47,7 @@ use crate::verbs::pd::ProtectionDomain;
 use crate::verbs::srq::{CreateSrqError, ModifySrqError};
 use crate::verbs::*;
 use crate::wire::{
-    self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType, ExtReprs,
+    self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType,
     HeaderTemplate, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
 };
 use std::cmp::Reverse;
@@ -1041,10 +1041,10 @@ impl<M: Memory> Device<M> {
                         psn: repr.bth.psn,
                         ack_req: repr.bth.ack_req,
                         solicited: repr.bth.solicited,
-                        reth: repr.reth,
-                        atomic: repr.atomic,
-                        immdt: repr.immdt,
-                        ieth: repr.ieth,
+                        reth: repr.ext.reth,
+                        atomic: repr.ext.atomic,
+                        immdt: repr.ext.immdt,
+                        ieth: repr.ext.ieth,
                         payload,
                     };
                     let mut ctx = RespCtx {
@@ -1060,12 +1060,12 @@ impl<M: Memory> Device<M> {
             }
             QpType::Ud => {
                 self.counters.rcvd_pkts += 1;
-                if let Some(deth) = repr.deth {
+                if let Some(deth) = repr.ext.deth {
                     let ip_hdr = &frame[wire::eth::HEADER_LEN..wire::eth::HEADER_LEN + repr.ip.header_len()];
                     crate::ud::receive(
                         q,
                         deth,
-                        repr.immdt,
+                        repr.ext.immdt,
                         repr.bth.solicited,
                         ip_hdr,
                         payload,
@@ -1240,15 +1240,6 @@ impl<M: Memory> Device<M> {
             ack_req: pkt.ack_req,
             psn: pkt.psn,
         };
-        let ext = ExtReprs {
-            reth: pkt.reth,
-            aeth: pkt.aeth,
-            deth: pkt.deth,
-            atomic: pkt.atomic,
-            atomic_ack: pkt.atomic_ack,
-            immdt: pkt.immdt,
-            ieth: pkt.ieth,
-        };
         let plen = match pkt.payload {
             Payload::None => 0,
             Payload::SendWqe { len, .. } | Payload::Memory { len, .. } => len as usize,
@@ -1258,7 +1249,7 @@ impl<M: Memory> Device<M> {
             return None;
         }
         let tp = tpl.emit(ident, transport_len, buf);
-        let h = tp + wire::emit_transport(&bth, &ext, plen, &mut buf[tp..]);
+        let h = tp + wire::emit_transport(&bth, &pkt.ext, plen, &mut buf[tp..]);
         let out = &mut buf[h..h + plen];
         match pkt.payload {
             Payload::None => {}
@@ -1346,15 +1337,15 @@ fn response_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> Option<Response<'a>> {
     let psn = repr.bth.psn;
     let info = repr.bth.opcode.info();
     Some(match repr.bth.opcode {
-        Opcode::RcAcknowledge => match repr.aeth?.syndrome {
+        Opcode::RcAcknowledge => match repr.ext.aeth?.syndrome {
             AethSyndrome::Ack { .. } => Response::Ack { psn },
             AethSyndrome::RnrNak { timer } => Response::RnrNak { psn, timer },
             AethSyndrome::Nak(kind) => Response::Nak { psn, kind },
         },
-        Opcode::RcAtomicAcknowledge => Response::Atomic { psn, orig: repr.atomic_ack?.orig },
+        Opcode::RcAtomicAcknowledge => Response::Atomic { psn, orig: repr.ext.atomic_ack?.orig },
         Opcode::RcReadResponseFirst | Opcode::RcReadResponseMiddle | Opcode::RcReadResponseLast | Opcode::RcReadResponseOnly => {
             // A READ response with a NAK syndrome in its AETH is malformed.
-            if let Some(a) = repr.aeth {
+            if let Some(a) = repr.ext.aeth {
                 if !matches!(a.syndrome, AethSyndrome::Ack { .. }) {
                     return None;
                 }

@@ -34,9 +34,9 @@ pub(crate) fn next_packet(qp: &mut Qp) -> Option<(TxPkt, crate::verbs::UdDest)> 
     let dest = w.wr.ud?;
     let op = if w.wr.opcode == SendOpcode::SendImm { Opcode::UdSendOnlyImm } else { Opcode::UdSendOnly };
     let mut p = TxPkt::new(op, qp.req.psn, dest.remote_qpn);
-    p.deth = Some(DethRepr { qkey: effective_qkey(dest.remote_qkey, qp.attr.qkey), src_qp: qp.qpn });
+    p.ext.deth = Some(DethRepr { qkey: effective_qkey(dest.remote_qkey, qp.attr.qkey), src_qp: qp.qpn });
     if op == Opcode::UdSendOnlyImm {
-        p.immdt = Some(w.wr.imm_data);
+        p.ext.immdt = Some(w.wr.imm_data);
     }
     p.solicited = w.wr.flags.contains(crate::verbs::SendFlags::SOLICITED);
     p.payload = Payload::SendWqe { wqe: 0, offset: 0, len: w.len as u32 };

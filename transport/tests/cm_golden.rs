@@ -36,7 +36,7 @@ fn gsi_mad(frame: &[u8]) -> &[u8] {
     let (r, payload) = roce(frame);
     assert_eq!(r.bth.opcode, Opcode::UdSendOnly);
     assert_eq!(r.bth.dest_qp, Qpn::new(GSI_QPN));
-    let deth = r.deth.expect("DETH");
+    let deth = r.ext.deth.expect("DETH");
     assert_eq!(deth.qkey, QKey(GSI_QKEY));
     assert_eq!(deth.src_qp, Qpn::GSI);
     assert_eq!(

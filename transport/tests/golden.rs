@@ -234,7 +234,7 @@ fn listed_frames_match_txt_decodes() {
                 (r.bth.tver, r.bth.solicited, r.bth.mig_req),
                 (0, false, false)
             );
-            match r.reth {
+            match r.ext.reth {
                 Some(reth) => assert_eq!(
                     reth.len as u64,
                     dec_after(line, "RETH len=").unwrap(),
@@ -242,7 +242,7 @@ fn listed_frames_match_txt_decodes() {
                 ),
                 None => assert!(!line.contains("RETH"), "{ctx}"),
             }
-            match r.aeth {
+            match r.ext.aeth {
                 Some(a) => {
                     let credits = dec_after(line, "credit code ").unwrap() as u8;
                     assert_eq!(a.syndrome, AethSyndrome::Ack { credits }, "{ctx}");
@@ -254,7 +254,7 @@ fn listed_frames_match_txt_decodes() {
                 }
                 None => assert!(!line.contains("ACK ("), "{ctx}"),
             }
-            match r.deth {
+            match r.ext.deth {
                 Some(d) => {
                     assert_eq!(
                         d.qkey,
@@ -269,22 +269,22 @@ fn listed_frames_match_txt_decodes() {
                 }
                 None => assert!(!line.contains("DETH"), "{ctx}"),
             }
-            match r.atomic {
+            match r.ext.atomic {
                 Some(a) => {
                     assert_eq!(a.swap_add, hex_after(line, "swap/add=").unwrap(), "{ctx}");
                     assert_eq!(a.compare, hex_after(line, "cmp=").unwrap(), "{ctx}");
                 }
                 None => assert!(!line.contains("AtomicETH"), "{ctx}"),
             }
-            match r.atomic_ack {
+            match r.ext.atomic_ack {
                 Some(a) => assert_eq!(a.orig, hex_after(line, "orig=").unwrap(), "{ctx}"),
                 None => assert!(!line.contains("AtomicAckETH"), "{ctx}"),
             }
-            assert!(r.immdt.is_none() && r.ieth.is_none());
+            assert!(r.ext.immdt.is_none() && r.ext.ieth.is_none());
             if line.contains("MAD CM") {
                 // CM MADs to QP1: GSI Q_Key, MAD base version 1, class 0x07 (CM) version 2.
                 assert_eq!(r.bth.dest_qp, Qpn::GSI);
-                assert_eq!(r.deth.unwrap().qkey, QKey::GSI);
+                assert_eq!(r.ext.deth.unwrap().qkey, QKey::GSI);
                 assert_eq!(&f.data[pl.start..pl.start + 3], &[1, 7, 2], "{ctx}");
             }
             checked += 1;
@@ -339,14 +339,14 @@ fn first_requests_match_tool_output() {
             let ctx = format!("{} from {}", name(&p), s.ip);
             assert_eq!(first.bth.dest_qp, Qpn::new(s.remote_qpn), "{ctx}");
             assert_eq!(first.bth.psn, Psn::new(s.local_psn), "{ctx}");
-            if let Some(d) = first.deth {
+            if let Some(d) = first.ext.deth {
                 assert_eq!(d.src_qp, Qpn::new(s.local_qpn), "{ctx}");
             }
             if let Some((rkey, va)) = s.remote {
-                let r = reqs.iter().find_map(|r| r.reth).expect("a RETH");
+                let r = reqs.iter().find_map(|r| r.ext.reth).expect("a RETH");
                 assert_eq!((r.rkey, r.va), (Rkey(rkey), va), "{ctx}");
             }
-            if let Some(a) = first.atomic {
+            if let Some(a) = first.ext.atomic {
                 // Atomics: no rkey printed; the VA is 8-byte aligned and the add value is 1.
                 assert_eq!(a.va % 8, 0, "{ctx}");
                 if first.bth.opcode == Opcode::RcFetchAdd {
@@ -507,23 +507,23 @@ fn v6_repr(opcode: Opcode) -> RoceRepr {
     );
     let info = opcode.info();
     if info.has_reth() {
-        r.reth = Some(droce_transport::wire::RethRepr {
+        r.ext.reth = Some(droce_transport::wire::RethRepr {
             va: 0x7f00_dead_beef,
             rkey: Rkey(0xabcd),
             len: 4099,
         });
     }
     if info.has_immdt() {
-        r.immdt = Some(0x0102_0304);
+        r.ext.immdt = Some(0x0102_0304);
     }
     if info.has_deth() {
-        r.deth = Some(droce_transport::wire::DethRepr {
+        r.ext.deth = Some(droce_transport::wire::DethRepr {
             qkey: QKey(0x11111111),
             src_qp: Qpn::new(0x77),
         });
     }
     if info.has_ieth() {
-        r.ieth = Some(Rkey(0x55aa));
+        r.ext.ieth = Some(Rkey(0x55aa));
     }
     r
 }

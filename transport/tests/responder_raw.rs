@@ -65,7 +65,7 @@ impl R {
             psn: Psn::new(psn),
         };
         let mut r = RoceRepr::new(eth, ip, UdpRepr { src_port: 0xc000, dst_port: ROCE_V2_PORT }, bth);
-        r.reth = reth;
+        r.ext.reth = reth;
         let mut f = vec![0u8; r.frame_len(payload.len())];
         r.emit(payload, &mut f);
         let sent = f.clone();
@@ -78,7 +78,7 @@ impl R {
         let mut v = Vec::new();
         while let Some(n) = self.dev.poll_transmit(Instant(now), &mut self.buf) {
             let (r, _) = RoceRepr::parse(&self.buf[..n]).unwrap();
-            let a = r.aeth.unwrap();
+            let a = r.ext.aeth.unwrap();
             v.push((r.bth.opcode, r.bth.psn.value(), a.syndrome, a.msn.value()));
         }
         v

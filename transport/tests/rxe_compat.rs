@@ -112,8 +112,8 @@ fn rc_exchange(file: &str) {
     let (cmac, smac) = (r1.eth.src_addr.0, r1.eth.dst_addr.0);
     let (cgid, sgid) = (r1.ip.src_gid(), r1.ip.dst_gid());
     let (cqpn, sqpn) = (r2.bth.dest_qp, r1.bth.dest_qp);
-    let rkey = r1.reth.map(|r| r.rkey).or(r1.atomic.map(|a| a.rkey));
-    let va = r1.reth.map(|r| r.va).or(r1.atomic.map(|a| a.va)).unwrap_or(0x1000_0000);
+    let rkey = r1.ext.reth.map(|r| r.rkey).or(r1.ext.atomic.map(|a| a.rkey));
+    let va = r1.ext.reth.map(|r| r.va).or(r1.ext.atomic.map(|a| a.va)).unwrap_or(0x1000_0000);
     let sbase = va & !0xffff;
     let mut client = host(cmac, cgid, cqpn, 0x5000_0000, 1 << 20, None);
     let mut server = host(smac, sgid, sqpn, sbase, 1 << 20, rkey);
@@ -136,18 +136,18 @@ fn rc_exchange(file: &str) {
             SendWr::new(1, SendOpcode::Send).with_sge(local, payload.len() as u32, lk)
         }
         Opcode::RcWriteOnly | Opcode::RcWriteFirst => {
-            let reth = r1.reth.unwrap();
+            let reth = r1.ext.reth.unwrap();
             SendWr::new(1, SendOpcode::Write).with_sge(local, payload.len() as u32, lk).with_remote(reth.va, reth.rkey)
         }
         Opcode::RcReadRequest => {
-            let reth = r1.reth.unwrap();
+            let reth = r1.ext.reth.unwrap();
             // The server's memory holds what the capture read.
             server.dev.memory_mut().write(reth.va, &resp[r2_pl.clone()]).unwrap();
             SendWr::new(1, SendOpcode::Read).with_sge(local, reth.len, lk).with_remote(reth.va, reth.rkey)
         }
         Opcode::RcFetchAdd | Opcode::RcCompareSwap => {
-            let a = r1.atomic.unwrap();
-            server.dev.memory_mut().write(a.va, &r2.atomic_ack.unwrap().orig.to_ne_bytes()).unwrap();
+            let a = r1.ext.atomic.unwrap();
+            server.dev.memory_mut().write(a.va, &r2.ext.atomic_ack.unwrap().orig.to_ne_bytes()).unwrap();
             let op = if r1.bth.opcode == Opcode::RcFetchAdd { SendOpcode::FetchAdd } else { SendOpcode::CmpSwap };
             let (ca, sw) = if op == SendOpcode::FetchAdd { (a.swap_add, 0) } else { (a.compare, a.swap_add) };
             SendWr::new(1, op).with_sge(local, 8, lk).with_remote(a.va, a.rkey).with_atomic(ca, sw)
@@ -218,7 +218,7 @@ fn c1_read_64k_response_stream() {
     // Our responder answers rxe's 64 KiB READ request with the same 64 response frames.
     let fr = frames("C1_read_bw_64k.pcap");
     let (r1, _) = RoceRepr::parse(&fr[0]).unwrap();
-    let reth = r1.reth.unwrap();
+    let reth = r1.ext.reth.unwrap();
     let resp: Vec<&Vec<u8>> = fr.iter().filter(|f| RoceRepr::parse(f).unwrap().0.bth.opcode.info().is_response()).take(64).collect();
     let (first, _) = RoceRepr::parse(resp[0]).unwrap();
     assert_eq!(first.bth.psn, r1.bth.psn);
@@ -241,7 +241,7 @@ fn c1_read_64k_response_stream() {
 fn e1_ud_send_only() {
     let fr = frames("E1_ud_pingpong_64.pcap");
     let (r1, pl) = RoceRepr::parse(&fr[0]).unwrap();
-    let deth = r1.deth.unwrap();
+    let deth = r1.ext.deth.unwrap();
     let (cmac, smac) = (r1.eth.src_addr.0, r1.eth.dst_addr.0);
     let mut client = host(cmac, r1.ip.src_gid(), deth.src_qp, 0x5000_0000, 1 << 16, None);
     let mut server = host(smac, r1.ip.dst_gid(), r1.bth.dest_qp, 0x6000_0000, 1 << 16, None);

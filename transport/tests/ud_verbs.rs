@@ -49,7 +49,7 @@ fn ud_send_with_grh_and_imm() {
     assert!(wb[1].wc_flags.contains(WcFlags::WITH_IMM) && wb[1].wc_flags.contains(WcFlags::GRH));
     // On the wire: DETH with the Q_Key and source QPN, AckReq 0, UDP sport from the QPN.
     let (r, _) = RoceRepr::parse(f).unwrap();
-    let d = r.deth.unwrap();
+    let d = r.ext.deth.unwrap();
     assert_eq!((d.qkey, d.src_qp, r.bth.ack_req), (QK, na, false));
     assert_eq!(r.udp.src_port, droce_transport::qp::attr::default_udp_sport(na));
 }
@@ -336,7 +336,7 @@ fn ipv6_gids_rc_and_ud() {
     for _ in 0..10 {
         while let Some(n) = a.poll_transmit(droce_transport::Instant(0), &mut buf) {
             assert_eq!(&buf[12..14], &[0x86, 0xdd], "IPv6 ethertype");
-            if RoceRepr::parse(&buf[..n]).unwrap().0.deth.is_some() {
+            if RoceRepr::parse(&buf[..n]).unwrap().0.ext.deth.is_some() {
                 ud_frame = buf[..n].to_vec();
             }
             b.handle_rx(droce_transport::Instant(0), &mut buf[..n]);

@@ -113,29 +113,29 @@ fn describe(r: &RoceRepr, payload_len: usize) -> String {
     if r.bth.pkey.0 != 0xffff {
         let _ = write!(s, " pkey={}", r.bth.pkey);
     }
-    if let Some(x) = r.deth {
+    if let Some(x) = r.ext.deth {
         let _ = write!(s, " DETH qkey={} srcqp={}", x.qkey, x.src_qp);
     }
-    if let Some(x) = r.reth {
+    if let Some(x) = r.ext.reth {
         let _ = write!(s, " RETH va=0x{:x} rkey={} len={}", x.va, x.rkey, x.len);
     }
-    if let Some(x) = r.atomic {
+    if let Some(x) = r.ext.atomic {
         let _ = write!(
             s,
             " AtomicETH va=0x{:x} rkey={} swap_add=0x{:x} compare=0x{:x}",
             x.va, x.rkey, x.swap_add, x.compare
         );
     }
-    if let Some(x) = r.aeth {
+    if let Some(x) = r.ext.aeth {
         let _ = write!(s, " AETH {} msn={}", syndrome(x.syndrome), x.msn.value());
     }
-    if let Some(x) = r.atomic_ack {
+    if let Some(x) = r.ext.atomic_ack {
         let _ = write!(s, " AtomicAckETH orig=0x{:x}", x.orig);
     }
-    if let Some(x) = r.immdt {
+    if let Some(x) = r.ext.immdt {
         let _ = write!(s, " ImmDt imm=0x{x:08x}");
     }
-    if let Some(x) = r.ieth {
+    if let Some(x) = r.ext.ieth {
         let _ = write!(s, " IETH rkey={x}");
     }
     let _ = write!(s, " payload={payload_len}");

@@ -7,9 +7,9 @@ pub mod requester;
 pub mod responder;
 
 use crate::status::WcStatus;
-use crate::types::{Psn, Qpn, Rkey};
+use crate::types::{Psn, Qpn};
 use crate::verbs::{CqHandle, WorkCompletion};
-use crate::wire::{AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, RethRepr};
+use crate::wire::ExtReprs;
 use crate::wire::opcode::Opcode;
 
 /// Where the payload of an outgoing packet comes from.
@@ -31,13 +31,8 @@ pub(crate) struct TxPkt {
     pub ack_req: bool,
     pub solicited: bool,
     pub dest_qp: Qpn,
-    pub reth: Option<RethRepr>,
-    pub aeth: Option<AethRepr>,
-    pub deth: Option<DethRepr>,
-    pub atomic: Option<AtomicEthRepr>,
-    pub atomic_ack: Option<AtomicAckEthRepr>,
-    pub immdt: Option<u32>,
-    pub ieth: Option<Rkey>,
+    /// The extension headers (those the opcode carries are sent).
+    pub ext: ExtReprs,
     pub payload: Payload,
 }
 
@@ -49,13 +44,7 @@ impl TxPkt {
             ack_req: false,
             solicited: false,
             dest_qp,
-            reth: None,
-            aeth: None,
-            deth: None,
-            atomic: None,
-            atomic_ack: None,
-            immdt: None,
-            ieth: None,
+            ext: ExtReprs::default(),
             payload: Payload::None,
         }
     }

@@ -205,10 +205,10 @@ impl Requester {
                 };
                 pkt = TxPkt::new(op, psn, lim.dest_qp);
                 if last && wr.opcode == SendImm {
-                    pkt.immdt = Some(wr.imm_data);
+                    pkt.ext.immdt = Some(wr.imm_data);
                 }
                 if last && wr.opcode == SendInv {
-                    pkt.ieth = Some(crate::types::Rkey(wr.imm_data));
+                    pkt.ext.ieth = Some(crate::types::Rkey(wr.imm_data));
                 }
                 pkt.solicited = last && wr.flags.contains(SendFlags::SOLICITED);
                 let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
@@ -226,10 +226,10 @@ impl Requester {
                 };
                 pkt = TxPkt::new(op, psn, lim.dest_qp);
                 if first {
-                    pkt.reth = Some(RethRepr { va: wr.remote_addr, rkey: wr.rkey, len: w.len as u32 });
+                    pkt.ext.reth = Some(RethRepr { va: wr.remote_addr, rkey: wr.rkey, len: w.len as u32 });
                 }
                 if last && imm {
-                    pkt.immdt = Some(wr.imm_data);
+                    pkt.ext.immdt = Some(wr.imm_data);
                     pkt.solicited = wr.flags.contains(SendFlags::SOLICITED);
                 }
                 let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
@@ -239,7 +239,7 @@ impl Requester {
                 // A re-issued READ asks only for the part not yet received (9.7.4.1.4).
                 let off = offset.min(w.len);
                 pkt = TxPkt::new(Opcode::RcReadRequest, psn, lim.dest_qp);
-                pkt.reth = Some(RethRepr { va: wr.remote_addr.wrapping_add(off), rkey: wr.rkey, len: (w.len - off) as u32 });
+                pkt.ext.reth = Some(RethRepr { va: wr.remote_addr.wrapping_add(off), rkey: wr.rkey, len: (w.len - off) as u32 });
                 consumed = w.npkts - idx;
             }
             SendOpcode::CmpSwap | SendOpcode::FetchAdd => {
@@ -250,7 +250,7 @@ impl Requester {
                 } else {
                     (wr.compare_add, 0)
                 };
-                pkt.atomic = Some(AtomicEthRepr { va: wr.remote_addr, rkey: wr.rkey, swap_add, compare });
+                pkt.ext.atomic = Some(AtomicEthRepr { va: wr.remote_addr, rkey: wr.rkey, swap_add, compare });
             }
         }
         let ends = last || matches!(wr.opcode, SendOpcode::Read);

@@ -512,7 +512,7 @@ pub(crate) fn next_reply(qp: &mut Qp, error_state: bool) -> Option<TxPkt> {
         match front {
             Reply::Ack { psn, syndrome, msn } => {
                 let mut p = TxPkt::new(Opcode::RcAcknowledge, *psn, dest);
-                p.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
+                p.ext.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn });
                 qp.resp.queue.pop_front();
                 return Some(p);
             }
@@ -521,8 +521,8 @@ pub(crate) fn next_reply(qp: &mut Qp, error_state: bool) -> Option<TxPkt> {
             }
             Reply::Atomic { psn, orig, msn } => {
                 let mut p = TxPkt::new(Opcode::RcAtomicAcknowledge, *psn, dest);
-                p.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
-                p.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
+                p.ext.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
+                p.ext.atomic_ack = Some(AtomicAckEthRepr { orig: *orig });
                 qp.resp.queue.pop_front();
                 return Some(p);
             }
@@ -537,7 +537,7 @@ pub(crate) fn next_reply(qp: &mut Qp, error_state: bool) -> Option<TxPkt> {
                 };
                 let mut p = TxPkt::new(op, *first_psn + i, dest);
                 if op != Opcode::RcReadResponseMiddle {
-                    p.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
+                    p.ext.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_UNLIMITED }, msn: *msn });
                 }
                 let off = i as u64 * mtu;
                 let n = (*len - off.min(*len)).min(mtu) as u32;

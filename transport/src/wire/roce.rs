@@ -133,13 +133,8 @@ pub struct RoceRepr {
     pub ip: IpRepr,
     pub udp: UdpRepr,
     pub bth: BthRepr,
-    pub reth: Option<RethRepr>,
-    pub aeth: Option<AethRepr>,
-    pub deth: Option<DethRepr>,
-    pub atomic: Option<AtomicEthRepr>,
-    pub atomic_ack: Option<AtomicAckEthRepr>,
-    pub immdt: Option<u32>,
-    pub ieth: Option<Rkey>,
+    /// The extension headers after the BTH (parse fills those the opcode carries).
+    pub ext: ExtReprs,
 }
 
 /// Bytes of pad that follow `payload_len` payload bytes (IBA 9.2.3: packets are a multiple
@@ -156,13 +151,7 @@ impl RoceRepr {
             ip,
             udp,
             bth,
-            reth: None,
-            aeth: None,
-            deth: None,
-            atomic: None,
-            atomic_ack: None,
-            immdt: None,
-            ieth: None,
+            ext: ExtReprs { reth: None, aeth: None, deth: None, atomic: None, atomic_ack: None, immdt: None, ieth: None },
         }
     }
 
@@ -253,27 +242,27 @@ impl RoceRepr {
         let ext = |h: ExtHeader| info.offset(h).map(|o| &frame[tp + o..hdr_end]);
         let mut r = RoceRepr::new(eth, ip, udp, bth);
         if let Some(b) = ext(ExtHeader::Reth) {
-            r.reth = Some(RethRepr::parse(&RethPacket::new_checked(b)?)?);
+            r.ext.reth = Some(RethRepr::parse(&RethPacket::new_checked(b)?)?);
         }
         if let Some(b) = ext(ExtHeader::Aeth) {
-            r.aeth = Some(AethRepr::parse(&AethPacket::new_checked(b)?)?);
+            r.ext.aeth = Some(AethRepr::parse(&AethPacket::new_checked(b)?)?);
         }
         if let Some(b) = ext(ExtHeader::Deth) {
-            r.deth = Some(DethRepr::parse(&DethPacket::new_checked(b)?)?);
+            r.ext.deth = Some(DethRepr::parse(&DethPacket::new_checked(b)?)?);
         }
         if let Some(b) = ext(ExtHeader::AtomicEth) {
-            r.atomic = Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(b)?)?);
+            r.ext.atomic = Some(AtomicEthRepr::parse(&AtomicEthPacket::new_checked(b)?)?);
         }
         if let Some(b) = ext(ExtHeader::AtomicAckEth) {
-            r.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(
+            r.ext.atomic_ack = Some(AtomicAckEthRepr::parse(&AtomicAckEthPacket::new_checked(
                 b,
             )?)?);
         }
         if let Some(b) = ext(ExtHeader::ImmDt) {
-            r.immdt = Some(immdt::parse(b)?);
+            r.ext.immdt = Some(immdt::parse(b)?);
         }
         if let Some(b) = ext(ExtHeader::Ieth) {
-            r.ieth = Some(ieth::parse(b)?);
+            r.ext.ieth = Some(ieth::parse(b)?);
         }
         Ok((r, hdr_end..payload_end))
     }
@@ -281,13 +270,13 @@ impl RoceRepr {
     /// Checks that exactly the extension headers the opcode calls for are present.
     pub fn check(&self) -> Result<()> {
         let i = self.bth.opcode.info();
-        let ok = i.has_reth() == self.reth.is_some()
-            && i.has_aeth() == self.aeth.is_some()
-            && i.has_deth() == self.deth.is_some()
-            && i.has_atomic_eth() == self.atomic.is_some()
-            && i.has_atomic_ack_eth() == self.atomic_ack.is_some()
-            && i.has_immdt() == self.immdt.is_some()
-            && i.has_ieth() == self.ieth.is_some();
+        let ok = i.has_reth() == self.ext.reth.is_some()
+            && i.has_aeth() == self.ext.aeth.is_some()
+            && i.has_deth() == self.ext.deth.is_some()
+            && i.has_atomic_eth() == self.ext.atomic.is_some()
+            && i.has_atomic_ack_eth() == self.ext.atomic_ack.is_some()
+            && i.has_immdt() == self.ext.immdt.is_some()
+            && i.has_ieth() == self.ext.ieth.is_some();
         if ok {
             Ok(())
         } else {
@@ -329,16 +318,7 @@ impl RoceRepr {
             "RoceRepr::emit_headers: frame too long"
         );
         emit_outer(&self.eth, &self.ip, &self.udp, frame_len - tp, buf);
-        let ext = ExtReprs {
-            reth: self.reth,
-            aeth: self.aeth,
-            deth: self.deth,
-            atomic: self.atomic,
-            atomic_ack: self.atomic_ack,
-            immdt: self.immdt,
-            ieth: self.ieth,
-        };
-        tp + emit_transport(&self.bth, &ext, payload_len, &mut buf[tp..])
+        tp + emit_transport(&self.bth, &self.ext, payload_len, &mut buf[tp..])
     }
 
     /// Emits a whole frame with `payload` into `buf` and returns its length.
@@ -352,7 +332,7 @@ impl RoceRepr {
 
 /// The extension headers of a frame, for [`emit_transport`]: those its opcode carries are
 /// written (the others are ignored, as in [`RoceRepr::emit_headers`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct ExtReprs {
     pub reth: Option<RethRepr>,
     pub aeth: Option<AethRepr>,
@@ -597,8 +577,7 @@ mod tests {
             let plen = pl.len();
             let tlen = r.bth.opcode.info().header_len() + plen + pad_len(plen) + ICRC_LEN;
             let tp = t.emit(v4.ident, tlen, &mut out);
-            let ext = ExtReprs { aeth: r.aeth, reth: r.reth, ..ExtReprs::default() };
-            let h = tp + emit_transport(&r.bth, &ext, plen, &mut out[tp..]);
+            let h = tp + emit_transport(&r.bth, &r.ext, plen, &mut out[tp..]);
             out[h..h + plen].copy_from_slice(&f[pl]);
             assert_eq!(finish_frame(&mut out, plen), f.len());
             assert_eq!(out, f);
@@ -658,7 +637,7 @@ mod tests {
         let (r, pl) = RoceRepr::parse(&f).unwrap();
         assert_eq!(r.bth.opcode, Opcode::RcAcknowledge);
         assert_eq!(
-            r.aeth,
+            r.ext.aeth,
             Some(AethRepr {
                 syndrome: AethSyndrome::Ack { credits: 31 },
                 msn: Msn::new(1)
@@ -700,11 +679,11 @@ mod tests {
             },
             bth(Opcode::UdSendOnlyImm, 0x11, 7),
         );
-        r.deth = Some(DethRepr {
+        r.ext.deth = Some(DethRepr {
             qkey: QKey(0x11111111),
             src_qp: Qpn::new(0x22),
         });
-        r.immdt = Some(0x1234_5678);
+        r.ext.immdt = Some(0x1234_5678);
         r
     }
 
@@ -735,8 +714,8 @@ mod tests {
         r.bth = bth(Opcode::Cnp, 0x11, 0);
         r.bth.becn = true;
         assert!(r.check().is_err()); // the DETH and ImmDt are superfluous
-        r.deth = None;
-        r.immdt = None;
+        r.ext.deth = None;
+        r.ext.immdt = None;
         assert!(r.check().is_ok());
         let mut buf = [0u8; 128];
         let len = r.emit(&[], &mut buf);
@@ -764,7 +743,7 @@ mod tests {
         let c = icrc::compute(&buf[14..len - 4]).unwrap();
         buf[len - 4..len].copy_from_slice(&c.to_le_bytes());
         let (ack, _) = RoceRepr::parse(&buf[..len]).unwrap();
-        assert_eq!(ack.aeth.unwrap().msn, Msn::new(9));
+        assert_eq!(ack.ext.aeth.unwrap().msn, Msn::new(9));
     }
 
     /// Recomputes the ICRC so that a test edit is rejected for its own sake, not the CRC's.
