@@ -25,9 +25,11 @@ remove_stale_locks() {
 }
 trap remove_stale_locks EXIT
 cargo build --workspace --all-targets
-# The fuzz targets live in their own workspace (cargo-fuzz needs nightly to run them); make
-# sure they still compile against the transport's API on stable.
+# The fuzz targets and the interop probe live in their own workspaces (cargo-fuzz needs
+# nightly to run the former; the latter is built by tests/interop/rxe.sh, which may skip):
+# make sure both still compile against the transport's API.
 (cd fuzz && cargo check --bins --quiet)
+(cd tests/interop/probe && cargo check --quiet)
 cargo test --workspace
 if [ "${DROCE_SKIP_INTEROP:-0}" = 1 ]; then
   echo "rxe interop: left out (DROCE_SKIP_INTEROP=1)"

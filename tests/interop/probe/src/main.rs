@@ -352,7 +352,7 @@ fn main() {
         let mut idle = true;
         while let Some(n) = sock.recv(&mut fbuf) {
             idle = false;
-            let f = &fbuf[..n];
+            let f = &mut fbuf[..n];
             if let Some(r) = arp_reply(f, mac, ip) {
                 sock.send(&r);
             } else if f[..6] == mac {
@@ -406,7 +406,7 @@ fn main() {
     let end = std::time::Instant::now() + StdDuration::from_millis(300);
     while std::time::Instant::now() < end {
         while let Some(n) = sock.recv(&mut fbuf) {
-            let f = &fbuf[..n];
+            let f = &mut fbuf[..n];
             if let Some(r) = arp_reply(f, mac, ip) { sock.send(&r); } else if f[..6] == mac { dev.handle_rx(now(), f); }
         }
         if let Some(t) = dev.poll_timeout() { if now() >= t { dev.handle_timeout(now()); } }

@@ -274,7 +274,7 @@ impl Pump {
             idle = false;
             if self.fbuf[..6] == self.mac && n >= 42 {
                 self.rx += 1;
-                dev.handle_rx(now(), &self.fbuf[..n]);
+                dev.handle_rx(now(), &mut self.fbuf[..n]);
             }
         }
         if let Some(t) = dev.poll_timeout() {
