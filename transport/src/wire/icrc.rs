@@ -9,9 +9,11 @@
 //! 4. the BTH with byte 4 (FECN, BECN and reserved bits) set to all ones,
 //! 5. everything after the BTH up to the ICRC (extension headers, payload, pad).
 //!
-//! It travels least significant byte first. Only the masked prefix (at most 60 bytes) is
-//! copied, to the stack; the CRC then continues over the rest in place, so the payload is
-//! never copied.
+//! It travels least significant byte first. The datapath uses [`compute_in_place`] /
+//! [`verify_in_place`]: the variant fields are set to ones in the frame for the one CRC pass
+//! and put back. [`compute`] / [`verify`], for read-only bytes, copy only the masked prefix
+//! (at most 80 bytes) to the stack and continue over the rest in place. Neither copies the
+//! payload.
 
 use super::{bth, ipv4, ipv6, udp, Error, Result};
 
