@@ -1,6 +1,6 @@
 //! RC responder (IBA 9.7.5.2, rxe_resp.c): the check pipeline of chapter 9 as small
 //! functions chained with `?` — PSN, opcode sequence, opcode validity, resources, length,
-//! R_Key — then execution. Each check returns an [`Action`] on failure; `handle_request`
+//! R_Key — then execution. Each check returns an `Action` on failure; `handle_request`
 //! applies actions in one place. Replies (ACK/NAK, READ responses, atomic ACKs) are queued
 //! in PSN order and sent by `next_reply`.
 
