@@ -420,8 +420,6 @@ pub fn emit_transport(bth: &BthRepr, ext: &ExtReprs, payload_len: usize, buf: &m
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeaderTemplate {
     bytes: [u8; eth::HEADER_LEN + ipv6::HEADER_LEN + udp::HEADER_LEN],
-    /// Offset of the BTH: 42 (IPv4) or 62 (IPv6).
-    len: u8,
     ipv4: bool,
     /// IPv4: ones' complement sum of the header words other than total length,
     /// identification and checksum (those are zero in `bytes`).
@@ -436,7 +434,7 @@ impl HeaderTemplate {
             IpRepr::Ipv4(r) => IpRepr::Ipv4(Ipv4Repr { ident: 0, ..r }),
             v6 => v6,
         };
-        let len = emit_outer(eth, &ip, udp, 0, &mut bytes);
+        emit_outer(eth, &ip, udp, 0, &mut bytes);
         let ipv4 = matches!(ip, IpRepr::Ipv4(_));
         let mut sum = 0;
         if ipv4 {
@@ -445,12 +443,12 @@ impl HeaderTemplate {
             h[10..12].fill(0); // checksum
             sum = h.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
         }
-        HeaderTemplate { bytes, len: len as u8, ipv4, sum }
+        HeaderTemplate { bytes, ipv4, sum }
     }
 
     /// Offset of the BTH in the frames this template starts.
     pub fn len(&self) -> usize {
-        self.len as usize
+        eth::HEADER_LEN + if self.ipv4 { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN } + udp::HEADER_LEN
     }
 
     /// Whether the IP header is IPv4 (it then takes an identification per frame).
@@ -462,7 +460,7 @@ impl HeaderTemplate {
     /// `transport_len` bytes, with IPv4 identification `ident` (ignored for IPv6); returns
     /// the offset of the BTH. Panics when `buf` is shorter than [`len`](Self::len).
     pub fn emit(&self, ident: u16, transport_len: usize, buf: &mut [u8]) -> usize {
-        let n = self.len as usize;
+        let n = self.len();
         buf[..n].copy_from_slice(&self.bytes[..n]);
         let l3 = eth::HEADER_LEN;
         let udp_len = (udp::HEADER_LEN + transport_len) as u16;
