@@ -678,7 +678,7 @@ impl App {
                     _ => break,
                 }
             }
-            // net_memif is left to the process exit (see Port::close_at_exit).
+            // parks DPDK's interrupt thread for good first (see Port::close_at_exit)
             let _ = st.port.close_at_exit();
             println!("Port {id} is closed");
         }

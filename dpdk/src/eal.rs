@@ -91,6 +91,7 @@ impl Eal {
             return Err(Error::EalInit { errno: if errno == 0 { libc::EINVAL } else { errno }, args: owned[1..].join(" ") });
         }
         RUNNING.store(true, Ordering::Release);
+        crate::intr_gate::arm();
         let consumed = ret as usize;
         // After init, argv[consumed] holds the program name and the application's arguments
         // follow it (getopt may have permuted them, so read them back from argv).
@@ -152,6 +153,7 @@ impl Eal {
     #[allow(unsafe_code)]
     fn prepare_end(&mut self) -> Option<String> {
         RUNNING.store(false, Ordering::Release);
+        crate::intr_gate::freeze();
         // SAFETY: EAL is initialised; the runtime dir string is copied before cleanup.
         let (primary, runtime_dir) = unsafe {
             let p = sys::rte_eal_get_runtime_dir();

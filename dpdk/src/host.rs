@@ -52,11 +52,11 @@
 //! # Exit
 //! [`global`] marks the shared object it is in RTLD_NODELETE (libfabric dlclose()s providers
 //! in its exit-time destructor while the host's threads still run) and stops its threads from
-//! calling into DPDK in an exit handler. DPDK cannot be re-initialised in a process, and DPDK
-//! 22.11 crashes when `rte_eal_cleanup` or a memif stop races the EAL interrupt thread at exit:
-//! the global host is never closed. A `Host` that is dropped stops and closes its port (memif:
-//! left to the exit, see [`crate::Port::close_at_exit`]) and ends EAL with
-//! [`Eal::release_for_exit`]; EAL cannot be opened again in that process.
+//! calling into DPDK in an exit handler, which also parks DPDK's interrupt thread for good
+//! ([`crate::intr_gate::freeze`]). DPDK cannot be re-initialised in a process: the global host is
+//! never closed. A `Host` that is dropped stops and closes its port
+//! ([`crate::Port::close_at_exit`]) and ends EAL with [`Eal::release_for_exit`]; EAL cannot be
+//! opened again in that process.
 
 use crate::roce::cm::{CmAgent, CmAgentConfig};
 use crate::roce::{FaultConfig, RoceConfig, RoceDevice};
@@ -887,9 +887,7 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
             // dlclose()s its providers in its exit-time destructor, and a thread that woke up
             // in unmapped code crashed the process at exit (fi_dom_test, 2 in 12 runs).
             sys::pin_own_library();
-            if thread || watchdog {
-                sys::at_exit(stop_threads);
-            }
+            sys::at_exit(stop_threads);
             if thread {
                 std::thread::Builder::new()
                     .name("droce-progress".into())
@@ -944,18 +942,20 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// At process exit (before the libraries' destructors): the progress and watchdog threads
 /// check [`EXITING`] with the host lock held, so once this handler has set it and passed the
 /// lock neither calls into DPDK again. The lock is waited for at most 50 ms (an application
-/// thread may hold it while another exits).
+/// thread may hold it while another exits). Then DPDK's interrupt thread is parked for good:
+/// nothing of DPDK runs during the destructors.
 extern "C" fn stop_threads() {
     EXITING.store(true, Ordering::SeqCst);
     if let Some(Ok(m)) = GLOBAL.get() {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(50) {
             match m.try_lock() {
-                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return,
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => break,
                 Err(std::sync::TryLockError::WouldBlock) => std::thread::yield_now(),
             }
         }
     }
+    crate::intr_gate::freeze();
 }
 
 fn progress_loop(m: &'static Mutex<Host>) {

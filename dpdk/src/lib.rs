@@ -111,6 +111,8 @@ mod eal;
 mod error;
 #[allow(unsafe_code)]
 mod lcore;
+/// Keeps DPDK's interrupt thread out of PMD code while ports are in use (peer-exit race).
+pub mod intr_gate;
 #[allow(unsafe_code)]
 mod mbuf;
 #[allow(unsafe_code)]

@@ -8,6 +8,7 @@ use dpdk_sys as sys;
 use sys::consts::*;
 
 use crate::error::{Error, Result};
+use crate::intr_gate::PortUse;
 use crate::mbuf::MbufBatch;
 use crate::mempool::Mempool;
 
@@ -494,6 +495,8 @@ impl Port {
             conf.rxmode.mq_mode = sys::rte_eth_rx_mq_mode_RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
+        // queue setup meets the state a memif connection handshake on the interrupt thread uses
+        let _use = PortUse::enter();
         // SAFETY: valid port, conf fully initialised.
         let r = unsafe { sys::rte_eth_dev_configure(p, cfg.rx_queues, cfg.tx_queues, &conf) };
         if r != 0 {
@@ -535,6 +538,7 @@ impl Port {
     /// Starts the port (`rte_eth_dev_start`).
     pub fn start(&self) -> Result<()> {
         check_port(self.id)?;
+        let _use = PortUse::enter();
         // SAFETY: valid port.
         let r = unsafe { sys::rte_eth_dev_start(self.id.0) };
         if r != 0 {
@@ -546,6 +550,7 @@ impl Port {
     /// Stops the port (`rte_eth_dev_stop`); bursts then return 0.
     pub fn stop(&self) -> Result<()> {
         check_port(self.id)?;
+        let _use = PortUse::enter();
         // SAFETY: valid port.
         let r = unsafe { sys::rte_eth_dev_stop(self.id.0) };
         if r != 0 {
@@ -557,6 +562,7 @@ impl Port {
     /// Closes the port (`rte_eth_dev_close`), releasing its queues; the id becomes invalid.
     pub fn close(self) -> Result<()> {
         check_port(self.id)?;
+        let _use = PortUse::enter();
         // SAFETY: valid port; consumes the handle.
         let r = unsafe { sys::rte_eth_dev_close(self.id.0) };
         if r != 0 {
@@ -567,17 +573,14 @@ impl Port {
 
     /// Stop and close for a process that exits right after (with `Eal::release_for_exit`).
     ///
-    /// A `net_memif` port is left to the process exit instead: DPDK 22.11's memif stop and close
-    /// both run `memif_disconnect` on the main thread with no lock against the EAL interrupt
-    /// thread, which runs the same function when the peer disconnects; a peer that ends at the
-    /// same moment made this process die with SIGSEGV after its work was done (CI, rc_pingpong
-    /// server, exit status "killed by signal" after printing its statistics). Exit closes the
-    /// control socket, and the peer sees that as an ordinary disconnect. Returns whether the
-    /// port was really closed.
+    /// Parks DPDK's interrupt thread for good first ([`crate::intr_gate::freeze`]): net_memif's
+    /// close frees its listening socket's interrupt handle without unregistering it (DPDK 22.11
+    /// up to today's main), so that thread must never run again once a memif server port is
+    /// closed; and stop and close then run `memif_disconnect` here with no peer event racing
+    /// them. The peer gets the "Device closed" disconnect at once. Returns whether the port was
+    /// really closed (always, now; the `bool` is kept for callers that report it).
     pub fn close_at_exit(self) -> Result<bool> {
-        if self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false) {
-            return Ok(false);
-        }
+        crate::intr_gate::freeze();
         let stopped = self.stop();
         self.close()?;
         stopped.map(|()| true)
@@ -648,7 +651,9 @@ impl Port {
         }
     }
 
-    /// Link state without waiting (`rte_eth_link_get_nowait`).
+    /// Link state without waiting (`rte_eth_link_get_nowait`). A link that is down asks the
+    /// interrupt thread, where PMDs such as net_memif bring links up, for an early window
+    /// (see [`crate::intr_gate`]; at most one per 100 us).
     pub fn link(&self) -> Result<LinkStatus> {
         let mut l = sys::rte_eth_link::default();
         // SAFETY: valid out-pointer.
@@ -656,7 +661,11 @@ impl Port {
         if r != 0 {
             return Err(Error::from_ret("rte_eth_link_get_nowait", r));
         }
-        Ok(LinkStatus::from_raw(&l))
+        let status = LinkStatus::from_raw(&l);
+        if !status.up {
+            crate::intr_gate::kick_link_wait();
+        }
+        Ok(status)
     }
 
     /// Link state, waiting up to 9 s for autonegotiation (`rte_eth_link_get`).
@@ -775,6 +784,7 @@ impl Port {
         if room == 0 {
             return Ok(0);
         }
+        let _use = PortUse::enter();
         // SAFETY: queue checked; slots len..N are free and owned by the batch; DPDK writes at
         // most `room` mbuf pointers whose ownership passes to the batch.
         let n = unsafe { sys::droce_rte_eth_rx_burst(self.id.0, q.0, base.add(len), room) };
@@ -792,6 +802,7 @@ impl Port {
         if room == 0 {
             return Ok(0);
         }
+        let _use = PortUse::enter();
         // SAFETY: as in `rx_burst`; room <= the batch's free slots.
         let n = unsafe { sys::droce_rte_eth_rx_burst(self.id.0, q.0, base.add(len), room) };
         batch.grow(n as usize);
@@ -808,6 +819,7 @@ impl Port {
         if len == 0 {
             return Ok(0);
         }
+        let _use = PortUse::enter();
         // SAFETY: queue checked; the first len slots are owned valid mbufs; the PMD takes
         // ownership of the first `n` it accepts.
         let n = unsafe { sys::droce_rte_eth_tx_burst(self.id.0, q.0, base, len as u16) };

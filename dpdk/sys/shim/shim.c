@@ -1,5 +1,7 @@
 /* Thin out-of-line wrappers around DPDK 22.11 static inline functions, so Rust can call them.
  * Each wrapper is one call; burst wrappers are called once per burst, not per packet. */
+/* rte_intr_instance_alloc and friends are marked experimental in 22.11 (and stable since 23.11). */
+#define ALLOW_EXPERIMENTAL_API 1
 #include "shim.h"
 
 uint16_t droce_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
@@ -96,6 +98,25 @@ uint64_t droce_rte_rdtsc(void) { return rte_rdtsc(); }
 uint64_t droce_rte_rdtsc_precise(void) { return rte_rdtsc_precise(); }
 uint64_t droce_rte_get_tsc_hz(void) { return rte_get_tsc_hz(); }
 void droce_rte_pause(void) { rte_pause(); }
+
+int droce_intr_register_fd(int fd, void (*cb)(void *), void *arg)
+{
+	struct rte_intr_handle *h = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+	int r;
+
+	if (h == NULL)
+		return -ENOMEM;
+	if (rte_intr_fd_set(h, fd) != 0 || rte_intr_type_set(h, RTE_INTR_HANDLE_EXT) != 0) {
+		rte_intr_instance_free(h);
+		return -EINVAL;
+	}
+	r = rte_intr_callback_register(h, cb, arg);
+	if (r != 0) {
+		rte_intr_instance_free(h);
+		return r < 0 ? r : -EINVAL;
+	}
+	return 0;
+}
 
 uint64_t droce_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
 uint64_t droce_rx_offload_udp_cksum(void) { return RTE_ETH_RX_OFFLOAD_UDP_CKSUM; }

@@ -16,6 +16,7 @@
 #include <rte_mbuf.h>
 #include <rte_ether.h>
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 
 /* ethdev fast path */
 uint16_t droce_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts,
@@ -62,6 +63,11 @@ uint64_t droce_rte_rdtsc(void);
 uint64_t droce_rte_rdtsc_precise(void);
 uint64_t droce_rte_get_tsc_hz(void);
 void droce_rte_pause(void);
+
+/* EAL interrupt thread: registers `cb(arg)` to run on the interrupt thread whenever `fd` is
+ * readable (an RTE_INTR_HANDLE_EXT source: EAL does not read the fd, the callback must).
+ * 0 or a negative errno. The handle lives until the process exits. */
+int droce_intr_register_fd(int fd, void (*cb)(void *), void *arg);
 
 /* 64-bit flag macros (RTE_BIT64(...)) that bindgen cannot evaluate; checked by static asserts */
 uint64_t droce_rx_offload_ipv4_cksum(void);
