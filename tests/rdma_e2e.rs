@@ -174,6 +174,15 @@ impl Memif {
         std::fs::create_dir_all(&dir).unwrap();
         Memif { dir }
     }
+    /// Waits (bounded) until the server's EAL has created the socket: a client started before
+    /// that fails at once ("needs its role=server peer running"), which a fixed 400 ms sleep
+    /// did not rule out on a loaded machine (EAL start-up of a debug build took seconds there).
+    fn wait_server(&self) {
+        let t0 = Instant::now();
+        while !self.dir.join("m.sock").exists() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     fn vdev(&self, server: bool) -> String {
         format!("net_memif0,role={},socket={}/m.sock,socket-abstract=no", if server { "server" } else { "client" }, self.dir.display())
     }
@@ -198,7 +207,7 @@ fn pair_with(args: &str, server_extra: &str, client_extra: &str) -> (Done, Done)
     let ack = if args.contains("--faults") { "" } else { " -u 17" };
     let common = format!("{args} -p {port} --timeout 15{ack}");
     let s = Proc::spawn(None, 0, &m.vdev(true), &v(&format!("{common} {server_extra}")));
-    std::thread::sleep(Duration::from_millis(400)); // the memif socket exists once the server's EAL is up
+    m.wait_server();
     let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} {client_extra} 127.0.0.1")));
     let c = c.finish();
     let s = s.finish();
@@ -364,7 +373,7 @@ fn peer_vanishing_mid_test_fails_cleanly() {
         let port = tcp_port();
         let common = format!("{args} -p {port} --timeout 3");
         let mut s = Proc::spawn(None, 0, &m.vdev(true), &v(&common));
-        std::thread::sleep(Duration::from_millis(400));
+        m.wait_server();
         let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
         assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
         std::thread::sleep(Duration::from_millis(300));
@@ -393,6 +402,40 @@ fn no_server_and_bad_arguments() {
     let c = Proc::spawn(None, 1, &m.vdev(false), &v("--test=write_bw -c UD 127.0.0.1")).finish();
     assert_eq!(c.code, Some(2), "{}", c.out);
     assert!(c.out.contains("-c UD works with send_lat"), "{}", c.out);
+}
+
+#[test]
+fn mismatches_and_limits_are_named() {
+    // different tests on the two sides: both stop at the first exchange, naming both tests
+    let (s, c) = pair_with("-s 4096 -n 100", "--test=write_bw", "--test=read_bw");
+    for (d, mine, theirs) in [(&s, "write_bw", "read_bw"), (&c, "read_bw", "write_bw")] {
+        assert_eq!(d.code, Some(1), "{}\n--- server:\n{}\n--- client:\n{}", d.out, s.out, c.out);
+        assert!(
+            d.out.contains(&format!("the peer runs --test={theirs} -c RC -s 4096, this side --test={mine} -c RC -s 4096")),
+            "{}",
+            d.out
+        );
+    }
+    let (s, c) = pair_with("--test=send_lat -n 100", "-s 64", "-s 128");
+    assert_eq!((s.code, c.code), (Some(1), Some(1)), "{}\n---\n{}", s.out, c.out);
+    assert!(c.out.contains("this side --test=send_lat -c RC -s 128"), "{}", c.out);
+    // a UD message larger than the MTU is cut to it, as perftest does, and it says so
+    let (s, c) = ok("--test=send_bw -c UD -s 65536 -n 200");
+    assert!(c.out.contains("warning: -c UD -s 65536: a UD message is at most the path MTU; sending 1024-byte messages"), "{}", c.out);
+    assert!(s.out.contains("warning: -c UD -s 65536"), "{}", s.out);
+    let _g = serial();
+    let m = Memif::new();
+    // a buffer that cannot fit in memory is refused at once, before EAL, with the sum
+    for side in ["", "127.0.0.1"] {
+        let d = Proc::spawn(None, 0, &m.vdev(side.is_empty()), &v(&format!("--test=write_bw -s 1073741824 {side}"))).finish();
+        assert_eq!(d.code, Some(1), "{}", d.out);
+        assert!(d.out.contains("the test buffer needs 129.0 GiB (1 QP(s) x (128 send + 1 receive/target slots) x 1073741824 B"), "{}", d.out);
+        assert!(!d.out.contains("link"), "checked before the port came up:\n{}", d.out);
+    }
+    // a misspelt memif key is named, not ignored (net_memif itself would drop every argument)
+    let c = Proc::spawn(None, 1, &format!("{},sockett=/tmp/x", m.vdev(false)), &v("--test=send_lat 127.0.0.1")).finish();
+    assert_ne!(c.code, Some(0), "{}", c.out);
+    assert!(c.out.contains("net_memif has no argument 'sockett'"), "{}", c.out);
 }
 
 // ---- af_packet over a veth pair in namespaces this test creates --------------------------

@@ -74,6 +74,11 @@ impl Eal {
         let argv: &'static mut [*mut c_char] = Box::leak(argv.into_boxed_slice());
         let argc = (argv.len() - 1) as c_int;
 
+        let eal_part: Vec<String> = owned[1..].iter().take_while(|a| a.as_str() != "--").cloned().collect();
+        if let Err(e) = check_memif_args(&eal_part) {
+            INIT_DONE.store(false, Ordering::Release);
+            return Err(e);
+        }
         let guessed_dir = guess_runtime_dir(&owned[1..]);
         let dir_existed = guessed_dir.as_ref().map(|d| d.exists()).unwrap_or(true);
         // SAFETY: argv is a NULL-terminated array of argc valid C strings that lives forever.
@@ -103,7 +108,6 @@ impl Eal {
             .collect();
         let eal = Eal { consumed, app_args };
 
-        let eal_part: Vec<String> = owned[1..].iter().take_while(|a| a.as_str() != "--").cloned().collect();
         for name in vdev_names(&eal_part) {
             if !(name.starts_with("net_") || name.starts_with("eth_")) {
                 continue;
@@ -232,6 +236,38 @@ pub(crate) fn device_args(args: &[String]) -> Vec<String> {
 
 /// Device names given with `--vdev X` / `--vdev=X` (the part before the first comma).
 fn vdev_names(args: &[String]) -> Vec<String> {
+    vdev_specs(args).iter().map(|spec| spec.split(',').next().unwrap_or("").trim().to_string()).filter(|n| !n.is_empty()).collect()
+}
+
+/// Device arguments net_memif accepts (DPDK 22.11 `valid_arguments`).
+const MEMIF_KEYS: &[&str] = &["id", "role", "bsize", "rsize", "socket", "socket-abstract", "mac", "zero-copy", "secret"];
+
+/// net_memif parses its device arguments with `rte_kvargs_parse` and, when that fails (an
+/// unknown key), goes on with its defaults: `sockett=/x` silently became the default
+/// `/run/memif.sock`, and the error came later, naming that socket. Other PMDs refuse the
+/// device. Checked before `rte_eal_init`: the first unknown key, with the valid ones.
+fn check_memif_args(args: &[String]) -> Result<()> {
+    for spec in vdev_specs(args) {
+        let mut parts = spec.split(',');
+        let name = parts.next().unwrap_or("").trim();
+        if !(name.starts_with("net_memif") || name.starts_with("eth_memif")) {
+            continue;
+        }
+        for kv in parts {
+            let key = kv.split('=').next().unwrap_or("").trim();
+            if !MEMIF_KEYS.contains(&key) {
+                return Err(Error::InvalidArgument(format!(
+                    "--vdev={spec}: net_memif has no argument '{key}' (it would ignore every argument of this device); valid: {}",
+                    MEMIF_KEYS.join(", ")
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The device strings of `--vdev=X` / `--vdev X`, up to a `--`.
+fn vdev_specs(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -243,10 +279,7 @@ fn vdev_names(args: &[String]) -> Vec<String> {
             None
         };
         if let Some(spec) = spec {
-            let name = spec.split(',').next().unwrap_or("").trim().to_string();
-            if !name.is_empty() {
-                out.push(name);
-            }
+            out.push(spec);
         }
     }
     out
@@ -254,7 +287,20 @@ fn vdev_names(args: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::vdev_names;
+    use super::{check_memif_args, vdev_names};
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn memif_keys_checked() {
+        assert!(check_memif_args(&args(&["--vdev=net_memif0,role=client,socket=/x,socket-abstract=no,rsize=11"])).is_ok());
+        assert!(check_memif_args(&args(&["--vdev=net_ring0,whatever=1"])).is_ok());
+        let e = check_memif_args(&args(&["--vdev", "net_memif1,role=client,sockett=/tmp/x"])).unwrap_err().to_string();
+        assert!(e.contains("'sockett'") && e.contains("valid: id, role"), "{e}");
+        assert!(check_memif_args(&args(&["--vdev=net_memif0,rolee"])).is_err());
+    }
 
     #[test]
     fn vdev_names_parsed() {

@@ -19,6 +19,41 @@ pub fn version_msg() -> [u8; VERSION_LEN] {
     m
 }
 
+/// What a droce-pmd peer runs, carried in the version message after perftest's NUL (perftest
+/// reads the string with `atof` and never looks past it): `'D'`, the test's index in
+/// [`super::opts::TESTS`] as a letter, `'R'`/`'U'`, the atomic op `'F'`/`'C'`, and the
+/// message size (32 bits, big endian). Two droce-pmd processes running different tests then
+/// both stop at the first exchange with one clear error, where perftest pairs would run on
+/// (a `write_bw` server and a `read_bw` client both ended with status 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerMode {
+    pub test: u8,
+    pub ud: bool,
+    pub cmp_swap: bool,
+    pub size: u32,
+}
+
+const MODE_AT: usize = PERFTEST_VERSION.len() + 1;
+
+pub fn version_msg_with_mode(mode: PeerMode) -> [u8; VERSION_LEN] {
+    let mut m = version_msg();
+    m[MODE_AT] = b'D';
+    m[MODE_AT + 1] = b'a' + mode.test;
+    m[MODE_AT + 2] = if mode.ud { b'U' } else { b'R' };
+    m[MODE_AT + 3] = if mode.cmp_swap { b'C' } else { b'F' };
+    m[MODE_AT + 4..MODE_AT + 8].copy_from_slice(&mode.size.to_be_bytes());
+    m
+}
+
+/// The mode of a droce-pmd peer; `None` for perftest (zeros after the version).
+pub fn parse_mode(m: &[u8]) -> Option<PeerMode> {
+    let t = m.get(MODE_AT..MODE_AT + 8)?;
+    if t[0] != b'D' || !(b'a'..=b'z').contains(&t[1]) {
+        return None;
+    }
+    Some(PeerMode { test: t[1] - b'a', ud: t[2] == b'U', cmp_swap: t[3] == b'C', size: u32::from_be_bytes([t[4], t[5], t[6], t[7]]) })
+}
+
 /// The peer's version as a number (`atof`), from its 16-byte message.
 pub fn parse_version(m: &[u8]) -> Option<f64> {
     let end = m.iter().position(|&b| b == 0).unwrap_or(m.len());
@@ -215,6 +250,18 @@ mod tests {
         assert_eq!(&m.encode()[..], &want[..]);
         assert_eq!(KeyMsg::decode(want).unwrap(), m);
         assert!(KeyMsg::decode(b"0000:0001:000011\0").is_err());
+    }
+
+    #[test]
+    fn mode_rides_behind_the_version() {
+        let mode = PeerMode { test: 3, ud: false, cmp_swap: false, size: 65536 };
+        let m = version_msg_with_mode(mode);
+        assert_eq!(&m[..5], b"6.06\0", "perftest still reads 6.06");
+        assert_eq!(parse_version(&m), Some(6.06));
+        assert_eq!(parse_mode(&m), Some(mode));
+        assert_eq!(parse_mode(&version_msg()), None, "perftest's message carries no mode");
+        let ud = PeerMode { test: 9, ud: true, cmp_swap: true, size: 1 << 30 };
+        assert_eq!(parse_mode(&version_msg_with_mode(ud)), Some(ud));
     }
 
     #[test]

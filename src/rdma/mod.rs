@@ -42,6 +42,10 @@ pub fn dispatch(argv: &[String]) -> Option<i32> {
 }
 
 fn run(eal_argv: &[String], o: &opts::Opts) -> i32 {
+    if let Err(e) = perf::check_plan(o) {
+        eprintln!("droce-pmd: error: {e}");
+        return 1;
+    }
     let mut setup = match dev::setup(eal_argv, o) {
         Ok(s) => s,
         Err(e) => {

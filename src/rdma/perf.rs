@@ -3,7 +3,7 @@
 
 use super::dev::{check_wc, tsc_secs, verb, Buffer, Ctrl, Dev, Rng, Setup, Stall, R};
 use super::exchange::{self, BwReport, KeyMsg, DONE, KEY_MSG_LEN, VERSION_LEN};
-use super::opts::{AtomicOp, Opts, Progress, Test};
+use super::opts::{AtomicOp, Opts, Progress, Test, TESTS};
 use super::report::{self, address_line, bw_row, check_pattern, fill_pattern, lat_row, lat_stats, BW_COLUMNS, LAT_COLUMNS, LINE};
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
@@ -116,6 +116,77 @@ fn marker(i: u64) -> u8 {
     (i + 1) as u8
 }
 
+fn peer_mode(o: &Opts) -> exchange::PeerMode {
+    let test = TESTS.iter().position(|(_, t)| *t == o.test).unwrap_or(0) as u8;
+    let atomic = matches!(o.test, Test::AtomicLat | Test::AtomicBw);
+    exchange::PeerMode { test, ud: o.ud, cmp_swap: atomic && o.atomic == AtomicOp::CmpSwap, size: o.size.min(u32::MAX as u64) as u32 }
+}
+
+fn describe_mode(m: exchange::PeerMode) -> String {
+    let name = TESTS.get(m.test as usize).map(|(n, _)| *n).unwrap_or("an unknown test");
+    let atomic = if name.starts_with("atomic") { if m.cmp_swap { " -A CMP_AND_SWAP" } else { " -A FETCH_AND_ADD" } } else { "" };
+    format!("--test={name} -c {}{atomic} -s {}", if m.ud { "UD" } else { "RC" }, m.size)
+}
+
+/// The registered test buffer of a run: `qps` x (`tx_slots` + `nslots`) slots of `slot` bytes.
+pub struct BufferPlan {
+    pub tx_slots: u64,
+    pub nslots: u64,
+    pub slot: u64,
+    pub total: u64,
+}
+
+/// The buffer `run` allocates for these options at path MTU `mtu` (UD messages are cut to it).
+pub fn buffer_plan(o: &Opts, mtu: u32) -> BufferPlan {
+    let bw = !o.test.is_lat();
+    let tx_slots = o.tx_depth.unwrap_or(if bw { 128 } else { 1 }).max(1) as u64;
+    let tx_slots = if o.test == Test::SendLat { tx_slots.max(8) } else { tx_slots };
+    let size = if o.ud { o.size.min(mtu as u64) } else { o.size };
+    let slot = (size + if o.ud { GRH } else { 0 }).max(8).next_multiple_of(64);
+    let cap_slots = ((64u64 << 20) / (slot * o.qps as u64)).max(1);
+    let nslots = match o.test {
+        Test::SendBw => o.rx_depth.unwrap_or(512).max(1) as u64,
+        Test::SendLat => o.rx_depth.unwrap_or(16).max(2) as u64,
+        Test::WriteBw | Test::ReadBw | Test::ReadLat if o.verify => o.iters.min(cap_slots),
+        _ => 1,
+    };
+    BufferPlan { tx_slots, nslots, slot, total: o.qps as u64 * (nslots + tx_slots) * slot }
+}
+
+/// Refuses, before EAL and the port come up, options whose test buffer cannot fit in memory.
+pub fn check_plan(o: &Opts) -> R<()> {
+    if o.test.is_pingpong() {
+        return Ok(());
+    }
+    let BufferPlan { tx_slots, nslots, slot, total } = buffer_plan(o, o.mtu.unwrap_or(4096));
+    check_memory(total, &format!("{} QP(s) x ({tx_slots} send + {nslots} receive/target slots) x {slot} B for -s {}", o.qps, o.size))
+}
+
+/// The test buffer must fit in memory: a 1 GiB `-s` with 128 send slots asked the allocator
+/// for 138 GB and failed with a bare "cannot allocate". Refuse before allocating, saying why.
+fn check_memory(bytes: u64, what: &str) -> R<()> {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| t.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+        .map(|kb| kb * 1024);
+    match avail {
+        Some(a) if bytes > a / 2 => Err(format!(
+            "the test buffer needs {} ({what}), more than half of the {} of memory available: lower -s, -t (send depth) or -q",
+            human(bytes),
+            human(a)
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b => format!("{b} B"),
+    }
+}
+
 fn mtu_of(p: PathMtu) -> u32 {
     p.bytes()
 }
@@ -134,22 +205,15 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let sgid = dev.gid_index(&gid).ok_or("own GID missing from the GID table")?;
 
     // resources
-    let bw = !o.test.is_lat();
-    let tx_slots = o.tx_depth.unwrap_or(if bw { 128 } else { 1 }).max(1) as u64;
-    let tx_slots = if o.test == Test::SendLat { tx_slots.max(8) } else { tx_slots };
-    let mut size = o.size;
-    if o.ud {
-        size = size.min(want as u64);
-    }
-    let slot = (size + if o.ud { GRH } else { 0 }).max(8).next_multiple_of(64);
-    let cap_slots = ((64u64 << 20) / (slot * o.qps as u64)).max(1);
-    let nslots = match o.test {
-        Test::SendBw => o.rx_depth.unwrap_or(512).max(1) as u64,
-        Test::SendLat => o.rx_depth.unwrap_or(16).max(2) as u64,
-        Test::WriteBw | Test::ReadBw | Test::ReadLat if o.verify => o.iters.min(cap_slots),
-        _ => 1,
+    let size = if o.ud && o.size > want as u64 {
+        // perftest does the same, and says so ("Max msg size in UD is MTU ...")
+        eprintln!("droce-pmd: warning: -c UD -s {}: a UD message is at most the path MTU; sending {want}-byte messages", o.size);
+        want as u64
+    } else {
+        o.size
     };
-    let total = o.qps as u64 * (nslots + tx_slots) * slot;
+    let BufferPlan { tx_slots, nslots, slot, total } = buffer_plan(o, want);
+    check_memory(total, &format!("{} QP(s) x ({tx_slots} send + {nslots} receive/target slots) x {slot} B for -s {size}", o.qps))?;
     // the device may write into the buffer until it is dropped (after this function, in
     // Setup::finish, or in the engine thread): the buffer lives as long as the process
     let buf: &'static mut Buffer = Box::leak(Box::new(Buffer::new(total)?));
@@ -185,10 +249,20 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         None => Ctrl::accept(o.tcp_port, o.timeout, &mut setup.dev)?,
     };
     let dv = &mut setup.dev;
-    let v = ctrl.xchg(&exchange::version_msg(), dv, "the perftest version")?;
+    let mine = peer_mode(o);
+    let v = ctrl.xchg(&exchange::version_msg_with_mode(mine), dv, "the perftest version")?;
     let rv = exchange::parse_version(&v[..VERSION_LEN]).unwrap_or(0.0);
     if rv < 5.70 {
         return Err(format!("peer's perftest version {rv:.2} is older than 5.70: not compatible"));
+    }
+    if let Some(theirs) = exchange::parse_mode(&v[..VERSION_LEN]) {
+        if theirs != mine {
+            return Err(format!(
+                "the peer runs {}, this side {}: run the same test, connection type and size on both sides",
+                describe_mode(theirs),
+                describe_mode(mine)
+            ));
+        }
     }
     ctrl.xchg(&4096u32.to_be_bytes(), dv, "the cycle buffer size")?;
     ctrl.xchg(&64u32.to_be_bytes(), dv, "the cache line size")?;
@@ -196,6 +270,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let code = exchange::parse_mtu_msg(&m).map(|c| c.min(local_code)).unwrap_or(local_code);
     r.mtu = exchange::mtu_bytes(code).unwrap_or(want);
     if o.ud && r.o.size > r.mtu as u64 {
+        eprintln!("droce-pmd: warning: -c UD -s {}: the peer's MTU is {}; sending {}-byte messages", r.o.size, r.mtu, r.mtu);
         r.o.size = r.mtu as u64;
     }
 
