@@ -57,7 +57,7 @@ int    droce_c_pending_call(void *req);
 void   droce_c_pending_purge_cb(void *cb, void *req, void *arg);
 size_t droce_c_pack(void *pack_cb, void *dest, void *arg);
 void   droce_c_unpack(void *unpack_cb, void *arg, const void *data, size_t length);
-void   droce_c_ep_failed(void *iface_c, void *ep_c, int status);
+int    droce_c_ep_failed(void *iface_c, void *ep_c, int status);
 void   droce_c_log(int level, const char *msg); /* 0 error, 1 warn, 2 info, 3 debug */
 
 /* Rust side. Every function catches panics and returns a UCS status (int). */

@@ -125,10 +125,10 @@ void droce_c_unpack(void *unpack_cb, void *arg, const void *data, size_t length)
     ((uct_unpack_callback_t)unpack_cb)(arg, data, length);
 }
 
-void droce_c_ep_failed(void *iface_c, void *ep_c, int status)
+int droce_c_ep_failed(void *iface_c, void *ep_c, int status)
 {
     droce_iface_t *iface = iface_c;
-    uct_iface_handle_ep_err(&iface->super.super, (uct_ep_h)ep_c, (ucs_status_t)status);
+    return uct_iface_handle_ep_err(&iface->super.super, (uct_ep_h)ep_c, (ucs_status_t)status);
 }
 
 void droce_c_log(int level, const char *msg)

@@ -39,7 +39,7 @@ extern "C" {
     fn droce_c_pending_purge_cb(cb: *mut c_void, req: *mut c_void, arg: *mut c_void);
     fn droce_c_pack(pack_cb: *mut c_void, dest: *mut c_void, arg: *mut c_void) -> usize;
     fn droce_c_unpack(unpack_cb: *mut c_void, arg: *mut c_void, data: *const c_void, length: usize);
-    fn droce_c_ep_failed(iface_c: *mut c_void, ep_c: *mut c_void, status: c_int);
+    fn droce_c_ep_failed(iface_c: *mut c_void, ep_c: *mut c_void, status: c_int) -> c_int;
     fn droce_c_log(level: c_int, msg: *const c_char);
 }
 
@@ -47,6 +47,24 @@ fn log(level: i32, msg: &str) {
     if let Ok(c) = CString::new(msg) {
         // SAFETY: `c` is a valid NUL-terminated string for the duration of the call.
         unsafe { droce_c_log(level, c.as_ptr()) };
+    }
+}
+
+/// An endpoint failed and nobody handles it: `uct_iface_handle_ep_err` returned an error, i.e.
+/// the application installed no UCT error handler (ucx_perftest's UCT tests) or UCP runs the
+/// endpoint with `UCP_ERR_HANDLING_MODE_NONE`. UCX's own RDMA transports treat this as fatal
+/// (rc_verbs logs at FATAL level, which aborts the process); UCX's tcp transport ignores it and
+/// the application waits forever for traffic that cannot come (ucx_perftest -t am_lat over tcp
+/// with its peer killed ran until an outside timeout). droce ends the process the way the RDMA
+/// transports do, without the core dump: the reason on stderr, stdio flushed, `_exit(1)`
+/// (no exit handlers: they would run UCX's destructors under a worker in the middle of
+/// progress).
+fn unhandled_failure(kind: Kind, why: &str, status: c_int) -> ! {
+    log(0, &format!("droce: {kind:?} endpoint failed ({why}, status {status}) and the application handles no endpoint errors (UCT: no error handler; UCP: error handling mode none): exiting with status 1"));
+    // SAFETY: fflush(NULL) flushes every open output stream; _exit ends the process at once.
+    unsafe {
+        libc::fflush(std::ptr::null_mut());
+        libc::_exit(1)
     }
 }
 
@@ -332,7 +350,10 @@ fn run_events(b: &IfaceBox, events: Vec<Event>) {
                 };
                 log(1, &format!("droce: {:?} endpoint {ep_c:#x} failed ({why}, status {status})", b.iface.kind));
                 // SAFETY: ep_c is the droce_ep_t* of a live endpoint of this interface.
-                unsafe { droce_c_ep_failed(b.iface.c as *mut c_void, ep_c as *mut c_void, status) };
+                let handled = unsafe { droce_c_ep_failed(b.iface.c as *mut c_void, ep_c as *mut c_void, status) };
+                if handled != UCS_OK {
+                    unhandled_failure(b.iface.kind, why, status);
+                }
             }
         }
     }
