@@ -118,7 +118,9 @@ run_rdma() {
   mkdir -p "$d"; port=$((21000 + i % 5000))
   # endless unless nobody is signalled: then both finish (about a second)
   if [ "$sig" = - ]; then n=2000; else n=100000000; fi
-  local common=(--test="$t" -n "$n" -p "$port" --timeout 10)
+  # -u 17 (ACK timeout 0.54 s x 8) as in tests/rdma_e2e.rs: on a loaded 2-core machine a peer
+  # descheduled past 67 ms x 8 looked dead (RETRY_EXC_ERR in a natural-finish run)
+  local common=(--test="$t" -n "$n" -p "$port" --timeout 10 -u 17)
   "$PMD" "${EAL[@]}" -l 0 --file-prefix="st-s$$-$i" --vdev="net_memif0,role=server,socket=$d/m.sock,socket-abstract=no" \
     -- "${common[@]}" >"$d/server.log" 2>&1 &
   local sp=$!; PIDS+=("$sp")

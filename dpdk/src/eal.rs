@@ -79,6 +79,7 @@ impl Eal {
             INIT_DONE.store(false, Ordering::Release);
             return Err(e);
         }
+        let _ = VDEVS.set(vdev_specs(&eal_part));
         let guessed_dir = guess_runtime_dir(&owned[1..]);
         let dir_existed = guessed_dir.as_ref().map(|d| d.exists()).unwrap_or(true);
         // SAFETY: argv is a NULL-terminated array of argc valid C strings that lives forever.
@@ -237,6 +238,18 @@ pub(crate) fn device_args(args: &[String]) -> Vec<String> {
 /// Device names given with `--vdev X` / `--vdev=X` (the part before the first comma).
 fn vdev_names(args: &[String]) -> Vec<String> {
     vdev_specs(args).iter().map(|spec| spec.split(',').next().unwrap_or("").trim().to_string()).filter(|n| !n.is_empty()).collect()
+}
+
+/// The `--vdev` strings EAL was started with (for [`vdev_args`]).
+static VDEVS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// The device arguments of vdev `name` as given to EAL (`role=client,socket=...`), if it was
+/// created from a `--vdev` of [`Eal::init`].
+pub fn vdev_args(name: &str) -> Option<String> {
+    VDEVS.get()?.iter().find_map(|spec| {
+        let (n, args) = spec.split_once(',').unwrap_or((spec.as_str(), ""));
+        (n.trim() == name).then(|| args.to_string())
+    })
 }
 
 /// Device arguments net_memif accepts (DPDK 22.11 `valid_arguments`).

@@ -693,9 +693,7 @@ impl Host {
         }
         if client_sock.is_some() {
             // the handshake follows the connect: let the first sends find the link up
-            while t0.elapsed() < CLIENT_CONNECT_TIMEOUT && !port.link().map(|l| l.up).unwrap_or(false) {
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
         }
         let mut rc = RoceConfig::new(id, QueueId(0));
         match cfg.ip {

@@ -130,7 +130,7 @@ pub use dpdk_sys as sys;
 /// Offload capability / enable bits (`RTE_ETH_{RX,TX}_OFFLOAD_*`).
 pub use dpdk_sys::consts as offload;
 
-pub use eal::{is_running, rte_errno, Eal};
+pub use eal::{is_running, rte_errno, vdev_args, Eal};
 pub use error::{strerror, Error, Result};
 pub use lcore::{
     current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, register_thread, unregister_thread, worker_lcores,
@@ -139,7 +139,7 @@ pub use lcore::{
 pub use mbuf::{CksumStatus, Drain, Mbuf, MbufBatch, DEFAULT_BURST};
 pub use mempool::{Mempool, MempoolConfig, SOCKET_ANY};
 pub use port::{
-    port_by_name, port_count, port_ids, port_name, ConfiguredPort, LinkStatus, MacAddr, Port, PortConfig, PortId, PortInfo,
+    port_by_name, port_count, port_ids, port_name, ConfiguredPort, MEMIF_RECONNECT_AFTER, LinkStatus, MacAddr, Port, PortConfig, PortId, PortInfo,
     PortStats, QueueId, Xstat,
 };
 pub use tsc::{rdtsc, tsc_hz, Tsc, TscInstant};

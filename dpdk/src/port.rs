@@ -12,6 +12,9 @@ use crate::intr_gate::PortUse;
 use crate::mbuf::MbufBatch;
 use crate::mempool::Mempool;
 
+/// How long a memif client's link may stay down in [`Port::wait_link_up`] before it reconnects.
+pub const MEMIF_RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Port id (`uint16_t port_id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PortId(pub u16);
@@ -666,6 +669,36 @@ impl Port {
             crate::intr_gate::kick_link_wait();
         }
         Ok(status)
+    }
+
+    /// Polls the link until it is up or `timeout` passed; true when up.
+    ///
+    /// A net_memif *client* whose link stays down for [`MEMIF_RECONNECT_AFTER`] is stopped and
+    /// started again, i.e. reconnects. DPDK 22.11's memif server answers a client that connects
+    /// before the server's port is started (the socket exists from EAL init on) with a
+    /// disconnect ("ID 0 not found"), and its client never tries again: two processes started
+    /// together then both waited out their timeouts (seen in 1 of ~8 droce-pmd pairs once
+    /// startup timing shifted). A start that fails (no server listening) is retried the same way.
+    pub fn wait_link_up(&self, timeout: std::time::Duration) -> Result<bool> {
+        let memif_client = self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false)
+            && port_name(self.id).ok().and_then(|n| crate::eal::vdev_args(&n)).is_some_and(|a| a.split(',').any(|kv| kv.trim() == "role=client"));
+        let t0 = std::time::Instant::now();
+        let mut since = t0;
+        loop {
+            if self.link()?.up {
+                return Ok(true);
+            }
+            let now = std::time::Instant::now();
+            if now.duration_since(t0) >= timeout {
+                return Ok(false);
+            }
+            if memif_client && now.duration_since(since) >= MEMIF_RECONNECT_AFTER {
+                let _ = self.stop();
+                let _ = self.start();
+                since = now;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
     }
 
     /// Link state, waiting up to 9 s for autonegotiation (`rte_eth_link_get`).

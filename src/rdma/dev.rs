@@ -65,15 +65,8 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     let mut port = dpdk::Port::new(id).map_err(|e| format!("port {}: {e}", id.0))?;
     let conf = port.configure(&dpdk::PortConfig::new().rx_desc(1024).tx_desc(1024), &pool).map_err(|e| format!("port {}: configure: {e}", id.0))?;
     port.start().map_err(|e| format!("port {}: start: {e} (a memif client needs its role=server peer running)", id.0))?;
-    let t0 = Instant::now();
-    loop {
-        if port.link().map(|l| l.up).unwrap_or(false) {
-            break;
-        }
-        if t0.elapsed() > o.timeout {
-            return Err(format!("port {}: link did not come up within {:?} (is the memif peer running?)", id.0, o.timeout));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+    if !port.wait_link_up(o.timeout).unwrap_or(false) {
+        return Err(format!("port {}: link did not come up within {:?} (is the memif peer running?)", id.0, o.timeout));
     }
     let mut c = RoceConfig::new(id, dpdk::QueueId(0));
     c.ipv4 = vec![o.roce_ip()];
