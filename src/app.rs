@@ -165,6 +165,12 @@ impl App {
                 .promiscuous(true);
             port.configure(&cfg, &pool).map_err(|e| format!("port {id}: configure failed: {e}"))?;
             port.start().map_err(|e| format!("port {id}: start failed: {e}"))?;
+            // a memif client reconnects until its server's port is up (Port::wait_link_up);
+            // other ports, memif servers included, go on at once as in dpdk-testpmd
+            let memif_client = dpdk::port_name(id).ok().and_then(|n| dpdk::vdev_args(&n)).is_some_and(|a| a.split(',').any(|kv| kv.trim() == "role=client"));
+            if memif_client && !port.wait_link_up(std::time::Duration::from_secs(5)).unwrap_or(false) {
+                println!("Port {id}: memif link still down after 5 s (is the role=server peer running?)");
+            }
             let mac = port.mac_addr().map(|m| m.0).unwrap_or([0; 6]);
             println!("Port {id}: {}", stats::mac(&mac));
             ports.push(PortState { port, mac, meter: RateMeter::default() });
