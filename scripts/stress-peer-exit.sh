@@ -12,8 +12,13 @@
 #              write_lat read_lat atomic_lat rc_pingpong)             another; TCP exchange --timeout
 #                                                                    10 s; QP timeout 14: 8 x 67 ms)
 #   fwd        droce-pmd txonly -> rxonly over memif                 run time + 20 s
-#   fi         fi_pingpong -p droce -e msg / -e rdm, zero-config      45 s (rdma_cm retry time 17 s:
-#              pair                                                   ACK timeout 2^19 x 4.096 us x 8)
+#   fi-msg     fi_pingpong -p droce -e msg, zero-config pair          45 s (rdma_cm retry time 17 s:
+#                                                                    ACK timeout 2^19 x 4.096 us x 8)
+#   fi-rdm     fi_pingpong -p droce -e rdm (ofi_rxm over droce msg)   45 s; a survivor still waiting
+#                                                                    then is counted as "waits": ofi_rxm
+#                                                                    does not fail an application's
+#                                                                    receive when a peer dies, over
+#                                                                    tcp;ofi_rxm the same (measured)
 #   ucx        ucx_perftest -x droce_rc -t am_lat / am_bw,            30 s (UCX RC retry time 4 s)
 #              zero-config pair (LD_PRELOAD libuct_droce.so)
 #   mpi-ompi   mpirun.openmpi -np 2 mtl ofi droce;ofi_rxm,            60 s (the launcher ends the job)
@@ -25,7 +30,8 @@
 #      default the release builds, built by this script; STRESS_LOG (dir for the logs of runs
 #      that were not clean, default target/stress/<UTC time>)
 # Output: one line per run that was not clean, then a table (scenario, runs, kills, clean
-# ends, crashes, hangs) and a last line "stress: runs=R kills=K clean=C crashes=X hangs=H".
+# ends, waits, crashes, hangs) and a last line "stress: runs=R kills=K clean=C waits=W
+# crashes=X hangs=H".
 # Exit status 0 when there was no crash and no hang.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +47,7 @@ while getopts "n:h" o; do
 done
 shift $((OPTIND - 1))
 SCENARIOS=("$@")
-[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(rdma fwd fi ucx mpi-ompi mpi-mpich)
+[ ${#SCENARIOS[@]} -eq 0 ] && SCENARIOS=(rdma fwd fi-msg fi-rdm ucx mpi-ompi mpi-mpich)
 
 # bash reports every background job that dies of a signal ("line N: PID Killed ..."): here
 # that is the victims, by design; keep stderr for everything else
@@ -67,7 +73,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-declare -A N_RUNS N_KILLS N_CLEAN N_CRASH N_HANG
+declare -A N_RUNS N_KILLS N_CLEAN N_WAIT N_CRASH N_HANG
 have() { command -v "$1" >/dev/null 2>&1; }
 ms_sleep() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 
@@ -95,10 +101,15 @@ victim_of() { local c=("server KILL" "client KILL" "server TERM" "client TERM" "
 classify() {
   local sc=$1 i=$2 rc=$3 hang=$4; shift 4
   local what
-  if [ "$hang" = 1 ]; then
-    what=hang; N_HANG[$sc]=$((N_HANG[$sc] + 1))
-  elif [ "$rc" -gt 128 ] || grep -qs "CRASH" "$@"; then
+  # a fault signal: ours (droce_mpi_soak), libfabric's handler, the shell's report
+  # (a survivor killed at its bound has status 137 from that kill: a hang, not a crash)
+  if { [ "$hang" = 0 ] && [ "$rc" -gt 128 ]; } || grep -qsE "CRASH|terminated with signal|Segmentation fault|Aborted|core dumped" "$@"; then
     what=crash; N_CRASH[$sc]=$((N_CRASH[$sc] + 1))
+  elif [ "$hang" = 1 ] && [ "$sc" = fi-rdm ] && [ "${RUN_SIG:--}" != - ]; then
+    N_WAIT[$sc]=$((N_WAIT[$sc] + 1))
+    return
+  elif [ "$hang" = 1 ]; then
+    what=hang; N_HANG[$sc]=$((N_HANG[$sc] + 1))
   else
     N_CLEAN[$sc]=$((N_CLEAN[$sc] + 1))
     return
@@ -108,12 +119,13 @@ classify() {
   echo "$sc run $i: survivor $what (status $rc); $RUN_DESC; logs in $keep"
 }
 
-count_run() { N_RUNS[$1]=$((N_RUNS[$1] + 1)); [ "$2" != - ] && N_KILLS[$1]=$((N_KILLS[$1] + 1)); }
+count_run() { RUN_SIG=$2; N_RUNS[$1]=$((N_RUNS[$1] + 1)); [ "$2" != - ] && N_KILLS[$1]=$((N_KILLS[$1] + 1)); }
 
 # ------------------------------------------------------------------------------ rdma
 RDMA_TESTS=(send_bw write_bw read_bw send_lat write_lat read_lat atomic_lat rc_pingpong)
 run_rdma() {
-  local i=$1 d="$WORK/rdma$i" t=${RDMA_TESTS[$((i / 5 % ${#RDMA_TESTS[@]}))]} victim sig port n
+  # victims rotate with i % 5, tests with i % 8: every pair within 40 runs
+  local i=$1 d="$WORK/rdma$i" t=${RDMA_TESTS[$((i % ${#RDMA_TESTS[@]}))]} victim sig port n
   read -r victim sig <<<"$(victim_of "$i")"
   mkdir -p "$d"; port=$((21000 + i % 5000))
   # endless unless nobody is signalled: then both finish (about a second)
@@ -184,10 +196,9 @@ run_fwd() {
 }
 
 # ------------------------------------------------------------------------------ fi
-run_fi() {
-  local i=$1 d="$WORK/fi$i" victim sig ep n
+run_fi() {  # run_fi msg|rdm I
+  local ep=$1 i=$2 sc="fi-$1" d="$WORK/fi$1$2" victim sig n
   read -r victim sig <<<"$(victim_of "$i")"
-  ep=msg; [ $((i / 5 % 2)) = 1 ] && ep=rdm
   mkdir -p "$d"
   if [ "$sig" = - ]; then n=2000; else n=100000000; fi
   local port=$((22000 + i % 5000))
@@ -202,12 +213,12 @@ run_fi() {
   unset FI_PROVIDER_PATH FI_PROVIDER DROCE_LINK
   local at=$((RANDOM % 2500 + 500))
   RUN_DESC="fi_pingpong -e $ep, $victim got SIG$sig ${at} ms after the client started"
-  count_run fi "$sig"
+  count_run "$sc" "$sig"
   if [ "$sig" = - ]; then
     RUN_DESC="fi_pingpong -e $ep -I $n, nobody signalled"
     wait_bounded "$cp" 60; local crc=$WAIT_RC chang=$WAIT_HANG
     wait_bounded "$sp" 45
-    classify fi "$i" $((crc > WAIT_RC ? crc : WAIT_RC)) $((chang | WAIT_HANG)) "$d"/*.log
+    classify "$sc" "$i" $((crc > WAIT_RC ? crc : WAIT_RC)) $((chang | WAIT_HANG)) "$d"/*.log
     return
   fi
   ms_sleep "$at"
@@ -216,14 +227,14 @@ run_fi() {
   kill -"$sig" "$vp" 2>/dev/null
   wait_bounded "$surv" 45; local rc=$WAIT_RC hang=$WAIT_HANG
   wait_bounded "$vp" 10
-  classify fi "$i" "$rc" "$hang" "$d"/*.log
+  classify "$sc" "$i" "$rc" "$hang" "$d"/*.log
 }
 
 # ------------------------------------------------------------------------------ ucx
 run_ucx() {
   local i=$1 d="$WORK/ucx$i" victim sig t n
   read -r victim sig <<<"$(victim_of "$i")"
-  t=am_lat; [ $((i / 5 % 2)) = 1 ] && t=am_bw
+  t=am_lat; [ $((i % 2)) = 1 ] && t=am_bw
   mkdir -p "$d"
   if [ "$sig" = - ]; then n=20000; else n=1000000000; fi
   local port=$((23000 + i % 5000))
@@ -315,20 +326,21 @@ run_mpi() {  # run_mpi ompi|mpich I
 
 # ------------------------------------------------------------------------------ main
 for sc in "${SCENARIOS[@]}"; do
-  N_RUNS[$sc]=0; N_KILLS[$sc]=0; N_CLEAN[$sc]=0; N_CRASH[$sc]=0; N_HANG[$sc]=0
+  N_RUNS[$sc]=0; N_KILLS[$sc]=0; N_CLEAN[$sc]=0; N_WAIT[$sc]=0; N_CRASH[$sc]=0; N_HANG[$sc]=0
   case $sc in
-    fi) have fi_pingpong || { echo "fi: fi_pingpong missing (libfabric-bin): skipped"; continue; } ;;
+    fi-msg|fi-rdm) have fi_pingpong || { echo "$sc: fi_pingpong missing (libfabric-bin): skipped"; continue; } ;;
     ucx) have ucx_perftest || { echo "ucx: ucx_perftest missing (ucx-utils): skipped"; continue; } ;;
     mpi-ompi) have mpirun.openmpi || { echo "mpi-ompi: Open MPI missing: skipped"; continue; } ;;
     mpi-mpich) have mpiexec.mpich || { echo "mpi-mpich: MPICH missing: skipped"; continue; } ;;
     rdma|fwd) ;;
-    *) echo "unknown scenario '$sc' (rdma fwd fi ucx mpi-ompi mpi-mpich)"; exit 2 ;;
+    *) echo "unknown scenario '$sc' (rdma fwd fi-msg fi-rdm ucx mpi-ompi mpi-mpich)"; exit 2 ;;
   esac
   for ((i = 0; i < RUNS; i++)); do
     case $sc in
       rdma) run_rdma "$i" ;;
       fwd) run_fwd "$i" ;;
-      fi) run_fi "$i" ;;
+      fi-msg) run_fi msg "$i" ;;
+      fi-rdm) run_fi rdm "$i" ;;
       ucx) run_ucx "$i" ;;
       mpi-ompi) run_mpi ompi "$i" ;;
       mpi-mpich) run_mpi mpich "$i" ;;
@@ -336,12 +348,13 @@ for sc in "${SCENARIOS[@]}"; do
   done
 done
 
-printf '\n| scenario | runs | kills | survivor ends cleanly | crashes | hangs |\n|---|---|---|---|---|---|\n'
-T_R=0 T_K=0 T_C=0 T_X=0 T_H=0
+printf '\n| scenario | runs | kills | survivor ends cleanly | waits (library semantics) | crashes | hangs |\n|---|---|---|---|---|---|---|\n'
+T_R=0 T_K=0 T_C=0 T_W=0 T_X=0 T_H=0
 for sc in "${SCENARIOS[@]}"; do
   [ -n "${N_RUNS[$sc]:-}" ] || continue
-  printf '| %s | %d | %d | %d | %d | %d |\n' "$sc" "${N_RUNS[$sc]}" "${N_KILLS[$sc]}" "${N_CLEAN[$sc]}" "${N_CRASH[$sc]}" "${N_HANG[$sc]}"
-  T_R=$((T_R + N_RUNS[$sc])); T_K=$((T_K + N_KILLS[$sc])); T_C=$((T_C + N_CLEAN[$sc])); T_X=$((T_X + N_CRASH[$sc])); T_H=$((T_H + N_HANG[$sc]))
+  printf '| %s | %d | %d | %d | %d | %d | %d |\n' "$sc" "${N_RUNS[$sc]}" "${N_KILLS[$sc]}" "${N_CLEAN[$sc]}" "${N_WAIT[$sc]}" "${N_CRASH[$sc]}" "${N_HANG[$sc]}"
+  T_R=$((T_R + N_RUNS[$sc])); T_K=$((T_K + N_KILLS[$sc])); T_C=$((T_C + N_CLEAN[$sc])); T_W=$((T_W + N_WAIT[$sc]))
+  T_X=$((T_X + N_CRASH[$sc])); T_H=$((T_H + N_HANG[$sc]))
 done
-echo "stress: runs=$T_R kills=$T_K clean=$T_C crashes=$T_X hangs=$T_H"
+echo "stress: runs=$T_R kills=$T_K clean=$T_C waits=$T_W crashes=$T_X hangs=$T_H"
 [ "$T_X" = 0 ] && [ "$T_H" = 0 ]

@@ -33,5 +33,5 @@ fn survivors_never_crash_or_hang() {
     assert!(d.ok(), "{}", d.show());
     // every scenario ran (none skipped for a missing tool: scripts/setup-deps.sh installs them)
     let runs: u32 = runs.parse().unwrap();
-    assert!(last.contains(&format!("runs={} ", runs * 6)), "not every scenario ran:\n{}", d.show());
+    assert!(last.contains(&format!("runs={} ", runs * 7)), "not every scenario ran:\n{}", d.show());
 }

@@ -1455,6 +1455,15 @@ impl Engine {
             if op.report || op.kind == OpKind::Recv {
                 cq.q.push(entry);
             }
+        } else if !op.report && op.context == 0 {
+            // An inject (or an unsignalled send without a context) that failed: nothing can
+            // name it in an error entry, and ofi_rxm dereferences every error entry's
+            // op_context (rxm_handle_comp_error: a NULL one was a SIGSEGV in the survivor of an
+            // rdm pair whose peer died). The verbs provider drops these too (VERBS_NO_COMP_FLAG);
+            // the endpoint's failure still shows in the flushed receives, counters and the EQ.
+            if debug() {
+                eprintln!("droce-fi: error {:?} of an operation without completion or context: not reported", wc.status);
+            }
         } else {
             let olen = if wc.status == WcStatus::LocLenErr { (wc.byte_len as u64).saturating_sub(op.len) } else { 0 };
             cq.q.push_error(CqError { entry: CqEntry { len: 0, ..entry }, err: wc_errno(wc.status), prov_errno: wc.status.value() as i32, olen });
