@@ -592,6 +592,9 @@ impl Drop for ExitPort {
 /// Fields drop in declaration order: agent, device, port, pool, EAL.
 #[derive(Debug)]
 pub struct Host {
+    /// Set on a point-to-point memif link (the zero-config pair, or a conf with `peer`): its
+    /// link going down means the peer process has gone (see [`Host::peer_lost`]).
+    link_watch: Option<LinkWatch>,
     cm: CmAgent,
     /// `progress_datapath` calls since the CM agent was last polled.
     cm_skipped: u32,
@@ -603,6 +606,19 @@ pub struct Host {
     cfg: HostConfig,
     /// Held for its `Drop`, after everything else.
     _eal: ExitEal,
+}
+
+/// How often a point-to-point memif link is looked at from the progress calls.
+pub const LINK_WATCH_EVERY: Duration = Duration::from_millis(1);
+
+#[derive(Debug)]
+struct LinkWatch {
+    port: Port,
+    was_up: bool,
+    next: Instant,
+    lost: bool,
+    /// Progress calls since the clock was last read (it is read once in 64 calls).
+    calls: u32,
 }
 
 // `global()` shares a Host across threads behind a Mutex: it must be Send. Every part is
@@ -712,7 +728,9 @@ impl Host {
         let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| HostError::Device(format!("RoCE device on {pname}: {e}")))?;
         let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
             .map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
-        Ok(Host { cm, cm_skipped: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal })
+        let link_watch = (memif && cfg.peer.is_some())
+            .then(|| LinkWatch { port: port.clone(), was_up: port.link().map(|l| l.up).unwrap_or(false), next: Instant::now(), lost: false, calls: 0 });
+        Ok(Host { link_watch, cm, cm_skipped: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal })
     }
 
     pub fn dev(&mut self) -> &mut RoceDevice {
@@ -728,9 +746,40 @@ impl Host {
         (&mut self.cm, &mut self.dev)
     }
 
+    /// Whether the peer of a point-to-point memif link (the zero-config pair, or a conf with
+    /// `peer` on a memif port) has gone: the link was up and went down. A memif link goes down
+    /// only when the other side closes its control socket (exit, kill, port stop) and droce's
+    /// pair does not reconnect, so this is final. Frontends fail their connections to the peer
+    /// at once instead of waiting for retries that only come when something is outstanding
+    /// (a ping-pong side waiting for the reply of a dead peer waited forever, as over UCX tcp).
+    /// Looked at every [`LINK_WATCH_EVERY`] by the progress calls.
+    pub fn peer_lost(&self) -> bool {
+        self.link_watch.as_ref().is_some_and(|w| w.lost)
+    }
+
+    fn watch_link(&mut self) {
+        let Some(w) = self.link_watch.as_mut() else { return };
+        w.calls = w.calls.wrapping_add(1);
+        if w.lost || w.calls % 64 != 0 {
+            return;
+        }
+        let now = Instant::now();
+        if now < w.next {
+            return;
+        }
+        w.next = now + LINK_WATCH_EVERY;
+        let up = w.port.link().map(|l| l.up).unwrap_or(false);
+        if w.was_up && !up {
+            w.lost = true;
+            eprintln!("droce: the memif link to the peer ({}) went down: the peer process has gone", self.cfg.peer.map(|p| p.to_string()).unwrap_or_default());
+        }
+        w.was_up |= up;
+    }
+
     /// One round: device poll (RX burst, timers, TX) and CM agent poll. True if anything
     /// happened.
     pub fn progress(&mut self) -> bool {
+        self.watch_link();
         let w = self.dev.poll();
         let c = self.cm.poll(&mut self.dev);
         !w.is_idle() || c
@@ -742,6 +791,7 @@ impl Host {
     /// microseconds late). Saves the agent's clock read and CQ poll per call. True if anything
     /// happened.
     pub fn progress_datapath(&mut self) -> bool {
+        self.watch_link();
         let w = self.dev.poll();
         self.cm_skipped += 1;
         let c = if self.cm_skipped >= CM_POLL_EVERY {
@@ -879,13 +929,15 @@ pub fn global() -> Result<&'static Mutex<Host>, HostError> {
             let cfg = HostConfig::from_env()?;
             let thread = cfg.progress == Progress::Thread;
             let watchdog = cfg.hold_acks && !thread;
-            let host = Host::open(cfg)?;
-            let m: &'static Mutex<Host> = Box::leak(Box::new(Mutex::new(host)));
-            // Our threads run this library's code to the end of the process: libfabric
-            // dlclose()s its providers in its exit-time destructor, and a thread that woke up
-            // in unmapped code crashed the process at exit (fi_dom_test, 2 in 12 runs).
+            // Threads run this library's code to the end of the process: ours, and from EAL
+            // init on DPDK's interrupt thread, parked in the interrupt-thread gate's callback.
+            // libfabric dlclose()s its providers in its exit-time destructor, and a thread that
+            // woke up in unmapped code crashed the process at exit (fi_dom_test, 2 in 12 runs;
+            // a host whose open failed after EAL init, in fi_multi_mr). Pinned before EAL starts.
             sys::pin_own_library();
             sys::at_exit(stop_threads);
+            let host = Host::open(cfg)?;
+            let m: &'static Mutex<Host> = Box::leak(Box::new(Mutex::new(host)));
             if thread {
                 std::thread::Builder::new()
                     .name("droce-progress".into())

@@ -342,11 +342,12 @@ fn run_events(b: &IfaceBox, events: Vec<Event>) {
                     }
                 }
             }
-            Event::EpFailed { ep_c, status } => {
-                let why = match (status == UCS_ERR_ENDPOINT_TIMEOUT, b.iface.kind) {
-                    (true, Kind::Ud) => "Endpoint timeout: no acknowledgement from the peer for 4 s",
-                    (true, Kind::Rc) => "Endpoint timeout: retries exhausted, the peer does not acknowledge",
-                    (false, _) => "a work request failed",
+            Event::EpFailed { ep_c, status, peer_gone } => {
+                let why = match (peer_gone, status == UCS_ERR_ENDPOINT_TIMEOUT, b.iface.kind) {
+                    (true, _, _) => "Endpoint timeout: the memif link to the peer went down, the peer process has gone",
+                    (false, true, Kind::Ud) => "Endpoint timeout: no acknowledgement from the peer for 4 s",
+                    (false, true, Kind::Rc) => "Endpoint timeout: retries exhausted, the peer does not acknowledge",
+                    (false, false, _) => "a work request failed",
                 };
                 log(1, &format!("droce: {:?} endpoint {ep_c:#x} failed ({why}, status {status})", b.iface.kind));
                 // SAFETY: ep_c is the droce_ep_t* of a live endpoint of this interface.

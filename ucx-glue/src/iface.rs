@@ -169,7 +169,8 @@ pub enum Event {
     /// Store an atomic's fetched value (`width` 4 or 8 bytes) at `result`.
     AtomicResult { result: usize, width: u8, value: u64 },
     /// The endpoint failed (peer unreachable): `uct_iface_handle_ep_err`.
-    EpFailed { ep_c: usize, status: Status },
+    /// `peer_gone`: the host saw the peer of its point-to-point link go ([`Host::peer_lost`]).
+    EpFailed { ep_c: usize, status: Status, peer_gone: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,6 +369,8 @@ struct Inner {
     retransmits: u64,
     /// UD: an endpoint has a fast retransmission due.
     ud_fast: bool,
+    /// The host reported the peer of its point-to-point link gone and every endpoint was failed.
+    peer_lost_done: bool,
 }
 
 /// One UCT interface.
@@ -441,6 +444,7 @@ impl Iface {
             tick: 0,
             retransmits: 0,
             ud_fast: false,
+            peer_lost_done: false,
         };
         match kind {
             Kind::Rc => {
@@ -1145,6 +1149,10 @@ impl Iface {
         }
         // The device every call; the CM agent (unused by UCX) only now and then.
         let busy = h.progress_datapath();
+        if !g.peer_lost_done && h.peer_lost() {
+            g.peer_lost_done = true;
+            self.fail_all_endpoints(&mut g, &mut h, &mut ev);
+        }
         for _ in 0..POLL_BUDGET {
             let wc = match h.dev().device_mut().poll_cq_one(g.cq) {
                 Ok(Some(wc)) => wc,
@@ -1337,6 +1345,39 @@ impl Iface {
 
     /// Send unacknowledged datagrams again where due; fail endpoints that saw no
     /// acknowledgement for UD_FAIL_AFTER.
+    /// The peer of the host's point-to-point memif link has gone ([`Host::peer_lost`]): every
+    /// endpoint fails now with `UCS_ERR_ENDPOINT_TIMEOUT`, as it would after its retries, and
+    /// not only those with an operation outstanding (a side waiting for a reply has none and
+    /// waited forever). RC: the QP goes to the error state, so what is outstanding completes
+    /// with flush errors through the usual path; UD: unacknowledged operations end here.
+    fn fail_all_endpoints(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>) {
+        for id in 0..g.eps.len() {
+            let Some(e) = g.eps[id].as_mut() else { continue };
+            if e.failed.is_some() {
+                continue;
+            }
+            e.failed = Some(UCS_ERR_ENDPOINT_TIMEOUT);
+            e.retx_at = None;
+            ev.push(Event::EpFailed { ep_c: e.c, status: UCS_ERR_ENDPOINT_TIMEOUT, peer_gone: true });
+            if let Some(qp) = e.qp {
+                let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+                let _ = h.dev().device_mut().modify_qp(qp, &a, QpAttrMask::STATE);
+            }
+            let slots: Vec<u32> = e.unacked.drain(..).collect();
+            for slot in slots {
+                match g.ops[slot as usize].as_mut() {
+                    Some(op) if op.posted => op.acked = true,
+                    Some(_) => {
+                        if let Some(op) = g.ops[slot as usize].take() {
+                            Self::retire(g, slot, op, UCS_ERR_ENDPOINT_TIMEOUT, true, ev);
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
     fn ud_timers(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>) {
         let Some(qp) = g.ud_qp else { return };
         let now = Instant::now();
@@ -1362,7 +1403,7 @@ impl Iface {
                 let e = g.eps[id].as_mut().expect("checked above");
                 e.failed = Some(UCS_ERR_ENDPOINT_TIMEOUT);
                 e.retx_at = None;
-                ev.push(Event::EpFailed { ep_c: e.c, status: UCS_ERR_ENDPOINT_TIMEOUT });
+                ev.push(Event::EpFailed { ep_c: e.c, status: UCS_ERR_ENDPOINT_TIMEOUT, peer_gone: false });
                 let slots: Vec<u32> = e.unacked.drain(..).collect();
                 for slot in slots {
                     match g.ops[slot as usize].as_mut() {
@@ -1473,7 +1514,7 @@ impl Iface {
                 if ep.failed.is_none() {
                     let s = if status == UCS_ERR_CANCELED { UCS_ERR_ENDPOINT_TIMEOUT } else { status };
                     ep.failed = Some(s);
-                    ev.push(Event::EpFailed { ep_c: ep.c, status: s });
+                    ev.push(Event::EpFailed { ep_c: ep.c, status: s, peer_gone: false });
                 }
             }
             if op.comp != 0 {
