@@ -463,6 +463,14 @@ fn server_ready(lock: &std::path::Path) -> bool {
     }
 }
 
+/// The pid named in the default-link server's lock file when that process no longer exists:
+/// the server exited (or was killed) and its client must not wait for it.
+fn server_gone(lock: &std::path::Path) -> Option<u32> {
+    let t = std::fs::read_to_string(lock).ok()?;
+    let pid = t.split_whitespace().next()?.parse::<u32>().ok()?;
+    (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
+}
+
 thread_local! {
     /// Set while `peek_env` runs on this thread.
     static PEEK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -676,6 +684,13 @@ impl Host {
         let t0 = Instant::now();
         if let Some(l) = cfg.link.as_ref().filter(|l| !l.server) {
             while !server_ready(&l.server_lock) {
+                if let Some(pid) = server_gone(&l.server_lock) {
+                    return Err(HostError::Port(format!(
+                        "{pname}: the zero-config server (pid {pid}, {}) exited before its port was ready ({})",
+                        l.server_lock.display(),
+                        cfg.source
+                    )));
+                }
                 if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
                     return Err(HostError::Port(format!(
                         "{pname}: the zero-config server ({}) did not start its port within {CLIENT_CONNECT_TIMEOUT:?} ({})",
@@ -708,8 +723,17 @@ impl Host {
             mark_server_ready();
         }
         if client_sock.is_some() {
-            // the handshake follows the connect: let the first sends find the link up
-            let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
+            // the handshake follows the connect: let the first sends find the link up; a
+            // zero-config server that exits meanwhile ends the wait (checked every second;
+            // wait_link_up reconnects within each second, every 300 ms)
+            while t0.elapsed() < CLIENT_CONNECT_TIMEOUT {
+                if port.wait_link_up(Duration::from_secs(1).min(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()))).unwrap_or(false) {
+                    break;
+                }
+                if let Some(pid) = cfg.link.as_ref().and_then(|l| server_gone(&l.server_lock)) {
+                    return Err(HostError::Port(format!("{pname}: the zero-config server (pid {pid}) exited before the link came up ({})", cfg.source)));
+                }
+            }
         }
         let mut rc = RoceConfig::new(id, QueueId(0));
         match cfg.ip {
@@ -1345,6 +1369,21 @@ mod tests {
         assert_eq!(resolve_dst(ip("0.0.0.0"), own, Some(peer)), ip("0.0.0.0"), "unspecified is no destination alias");
         assert_eq!(resolve_src(ip("10.9.9.9"), own), ip("10.9.9.9"));
         assert_eq!(resolve_dst(ip("10.9.9.9"), own, Some(peer)), ip("10.9.9.9"));
+    }
+
+    #[test]
+    fn a_dead_server_is_noticed() {
+        let dir = std::env::temp_dir().join(format!("droce-server-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = dir.join("default.server.lock");
+        std::fs::write(&lock, format!("{}\n", std::process::id())).unwrap();
+        assert_eq!(server_gone(&lock), None, "a live server (this process)");
+        // pid_max is at most 2^22 on Linux: this pid cannot exist
+        std::fs::write(&lock, "4194305 ready\n").unwrap();
+        assert_eq!(server_gone(&lock), Some(4194305));
+        std::fs::write(&lock, "").unwrap();
+        assert_eq!(server_gone(&lock), None, "no pid written yet: keep waiting");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
