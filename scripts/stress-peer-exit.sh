@@ -14,6 +14,8 @@
 #   fwd        droce-pmd txonly -> rxonly over memif                 run time + 20 s
 #   fi-msg     fi_pingpong -p droce -e msg, zero-config pair          45 s (rdma_cm retry time 17 s:
 #                                                                    ACK timeout 2^19 x 4.096 us x 8)
+#   (fi-*, ucx: a server survivor still running at its bound without an established TCP
+#   connection is a server waiting for a client that died before connecting: "waits")
 #   fi-rdm     fi_pingpong -p droce -e rdm (ofi_rxm over droce msg)   25 s; a survivor still waiting
 #                                                                    then is counted as "waits": ofi_rxm
 #                                                                    does not fail an application's
@@ -34,6 +36,8 @@
 # crashes=X hangs=H".
 # Exit status 0 when there was no crash and no hang.
 set -uo pipefail
+{ # the whole script is one compound command: bash parses it before running it, so editing
+  # the file while a long run goes on cannot derail that run
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
@@ -93,6 +97,20 @@ wait_bounded() {
   wait "$pid" 2>/dev/null; WAIT_RC=$?
 }
 
+# Whether PID has an established TCP connection (a tool's control socket to its peer).
+peer_connected() { ss -tnpH state established 2>/dev/null | grep -q "pid=$1,"; }
+
+# wait_survivor PID SECONDS WAITS_FOR_CLIENT: wait_bounded; WAITS_FOR_CLIENT=1 (a tool's server
+# whose client died before connecting to it: no established TCP connection at the kill) turns a
+# survivor still running at its bound into "waits": it waits for another client, as any server
+# does (fi_pingpong and ucx_perftest have no timeout there, over tcp the same). Sets WAIT_CLIENT.
+wait_survivor() {
+  local pid=$1 bound=$2 t=0
+  WAIT_CLIENT=$3
+  wait_bounded "$pid" "$bound"
+  [ "$WAIT_HANG" = 1 ] || WAIT_CLIENT=0
+}
+
 # The victim and signal of run i: server KILL, client KILL, server TERM, client TERM, none.
 victim_of() { local c=("server KILL" "client KILL" "server TERM" "client TERM" "none -"); echo "${c[$(($1 % 5))]}"; }
 
@@ -102,10 +120,15 @@ classify() {
   local sc=$1 i=$2 rc=$3 hang=$4; shift 4
   local what
   # a fault signal: ours (droce_mpi_soak), libfabric's handler, the shell's report
-  # (a survivor killed at its bound has status 137 from that kill: a hang, not a crash)
-  if { [ "$hang" = 0 ] && [ "$rc" -gt 128 ]; } || grep -qsE "CRASH|terminated with signal|Segmentation fault|Aborted|core dumped" "$@"; then
+  # (a survivor killed at its bound has status 137 from that kill: a hang, not a crash; bash
+  # reports a death by signal N as 128+N, and 255 is a plain exit(-1): ucx_perftest's)
+  if { [ "$hang" = 0 ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; } || grep -qsE "CRASH|terminated with signal|Segmentation fault|Aborted|core dumped" "$@"; then
     what=crash; N_CRASH[$sc]=$((N_CRASH[$sc] + 1))
   elif [ "$hang" = 1 ] && [ "$sc" = fi-rdm ] && [ "${RUN_SIG:--}" != - ]; then
+    N_WAIT[$sc]=$((N_WAIT[$sc] + 1))
+    return
+  elif [ "$hang" = 1 ] && [ "${WAIT_CLIENT:-0}" = 1 ]; then
+    echo "$sc run $i: the server waits for a client (its client died before connecting); $RUN_DESC"
     N_WAIT[$sc]=$((N_WAIT[$sc] + 1))
     return
   elif [ "$hang" = 1 ]; then
@@ -114,9 +137,33 @@ classify() {
     N_CLEAN[$sc]=$((N_CLEAN[$sc] + 1))
     return
   fi
+  keep_logs "$sc" "$i" "$what" "$rc" "$@"
+}
+
+# classify_victim SCENARIO RUN LOGFILES...: a victim that did not end on SIGTERM is a hang.
+classify_victim() {
+  local sc=$1 i=$2; shift 2
+  [ "${VICTIM_HUNG:-0}" = 1 ] || return
+  VICTIM_HUNG=0
+  N_HANG[$sc]=$((N_HANG[$sc] + 1))
+  local keep="$LOGDIR/$sc.$i.victim"
+  mkdir -p "$keep"; cp "$@" "$keep/" 2>/dev/null
+  echo "$sc run $i: the victim did not end within 10 s of SIGTERM; $RUN_DESC; logs in $keep"
+}
+
+keep_logs() {
+  local sc=$1 i=$2 what=$3 rc=$4; shift 4
   local keep="$LOGDIR/$sc.$i"
   mkdir -p "$keep"; cp "$@" "$keep/" 2>/dev/null
   echo "$sc run $i: survivor $what (status $rc); $RUN_DESC; logs in $keep"
+}
+
+# A victim sent SIGTERM must be gone within 10 s (a handler of droce's or a library's that
+# deadlocks at exit would keep its sockets, and so its survivor, alive): otherwise a hang.
+victim_check() {
+  if [ "$1" = TERM ] && [ "$WAIT_HANG" = 1 ]; then
+    VICTIM_HUNG=1
+  fi
 }
 
 count_run() { RUN_SIG=$2; N_RUNS[$1]=$((N_RUNS[$1] + 1)); [ "$2" != - ] && N_KILLS[$1]=$((N_KILLS[$1] + 1)); }
@@ -159,8 +206,9 @@ run_rdma() {
   [ "$victim" = client ] && { vp=$cp; surv=$sp; }
   kill -"$sig" "$vp" 2>/dev/null
   wait_bounded "$surv" 75; local rc=$WAIT_RC hang=$WAIT_HANG
-  wait_bounded "$vp" 10
+  wait_bounded "$vp" 10; victim_check "$sig"
   classify rdma "$i" "$rc" "$hang" "$d"/*.log
+  classify_victim rdma "$i" "$d"/*.log
 }
 
 # ------------------------------------------------------------------------------ fwd
@@ -184,6 +232,7 @@ run_fwd() {
     wait_bounded "$sp" 30
     local rc=$((crc > WAIT_RC ? crc : WAIT_RC)) hang=$((chang | WAIT_HANG))
     classify fwd "$i" "$rc" "$hang" "$d"/*.log
+    classify_victim fwd "$i" "$d"/*.log
     return
   fi
   ms_sleep "$at"
@@ -191,8 +240,9 @@ run_fwd() {
   [ "$victim" = client ] && { vp=$cp; surv=$sp; }
   kill -"$sig" "$vp" 2>/dev/null
   wait_bounded "$surv" 25; local rc=$WAIT_RC hang=$WAIT_HANG
-  wait_bounded "$vp" 10
+  wait_bounded "$vp" 10; victim_check "$sig"
   classify fwd "$i" "$rc" "$hang" "$d"/*.log
+  classify_victim fwd "$i" "$d"/*.log
 }
 
 # ------------------------------------------------------------------------------ fi
@@ -202,7 +252,12 @@ run_fi() {  # run_fi msg|rdm I
   mkdir -p "$d"
   if [ "$sig" = - ]; then n=2000; else n=100000000; fi
   local port=$((22000 + i % 5000))
-  export FI_PROVIDER_PATH="$FIDIR" FI_PROVIDER=droce DROCE_LINK="st$$-fi$i"
+  # Debian's libfabric loads libinfinipath (psm), whose constructor installs SIGINT/SIGTERM
+  # handlers that call exit() inside the handler: a victim TERMed inside fi_getinfo's dlopen
+  # deadlocked in _dl_fini on the loader lock it interrupted, never closed its sockets, and its
+  # survivor waited on them. IPATH_NO_BACKTRACE=1 leaves the default actions (Open MPI sets it
+  # for the same reason); droce installs no signal handler.
+  export FI_PROVIDER_PATH="$FIDIR" FI_PROVIDER=droce DROCE_LINK="st$$-fi$i" IPATH_NO_BACKTRACE=1
   trap '' PIPE  # as for ucx_perftest below: fi_pingpong's own control socket
   fi_pingpong -p droce -e "$ep" -I "$n" -S 64 -B "$port" >"$d/server.log" 2>&1 &
   local sp=$!; PIDS+=("$sp")
@@ -210,7 +265,7 @@ run_fi() {  # run_fi msg|rdm I
   fi_pingpong -p droce -e "$ep" -I "$n" -S 64 -P "$port" 127.0.0.1 >"$d/client.log" 2>&1 &
   local cp=$!; PIDS+=("$cp")
   trap - PIPE
-  unset FI_PROVIDER_PATH FI_PROVIDER DROCE_LINK
+  unset FI_PROVIDER_PATH FI_PROVIDER DROCE_LINK IPATH_NO_BACKTRACE
   local at=$((RANDOM % 2500 + 500))
   RUN_DESC="fi_pingpong -e $ep, $victim got SIG$sig ${at} ms after the client started"
   count_run "$sc" "$sig"
@@ -222,15 +277,16 @@ run_fi() {  # run_fi msg|rdm I
     return
   fi
   ms_sleep "$at"
-  local vp=$sp surv=$cp
-  [ "$victim" = client ] && { vp=$cp; surv=$sp; }
+  local vp=$sp surv=$cp early=0
+  [ "$victim" = client ] && { vp=$cp; surv=$sp; peer_connected "$sp" || early=1; }
   kill -"$sig" "$vp" 2>/dev/null
   # msg: the retries fail the outstanding work after 17 s; rdm: ofi_rxm's survivor waits, and
   # what could crash it (an error completion rxm cannot take) comes with those same 17 s
   local bound=45; [ "$ep" = rdm ] && bound=25
-  wait_bounded "$surv" "$bound"; local rc=$WAIT_RC hang=$WAIT_HANG
-  wait_bounded "$vp" 10
-  classify "$sc" "$i" "$rc" "$hang" "$d"/*.log
+  wait_survivor "$surv" "$bound" "$early"; local rc=$WAIT_RC hang=$WAIT_HANG
+  wait_bounded "$vp" 10; victim_check "$sig"
+  classify "$sc" "$i" "$rc" "$hang" "$d"/*.log; WAIT_CLIENT=0
+  classify_victim "$sc" "$i" "$d"/*.log
 }
 
 # ------------------------------------------------------------------------------ ucx
@@ -266,12 +322,13 @@ run_ucx() {
     return
   fi
   ms_sleep "$at"
-  local vp=$sp surv=$cp
-  [ "$victim" = client ] && { vp=$cp; surv=$sp; }
+  local vp=$sp surv=$cp early=0
+  [ "$victim" = client ] && { vp=$cp; surv=$sp; peer_connected "$sp" || early=1; }
   kill -"$sig" "$vp" 2>/dev/null
-  wait_bounded "$surv" 30; local rc=$WAIT_RC hang=$WAIT_HANG
-  wait_bounded "$vp" 10
-  classify ucx "$i" "$rc" "$hang" "$d"/*.log
+  wait_survivor "$surv" 30 "$early"; local rc=$WAIT_RC hang=$WAIT_HANG
+  wait_bounded "$vp" 10; victim_check "$sig"
+  classify ucx "$i" "$rc" "$hang" "$d"/*.log; WAIT_CLIENT=0
+  classify_victim ucx "$i" "$d"/*.log
 }
 
 # ------------------------------------------------------------------------------ mpi
@@ -361,3 +418,4 @@ for sc in "${SCENARIOS[@]}"; do
 done
 echo "stress: runs=$T_R kills=$T_K clean=$T_C waits=$T_W crashes=$T_X hangs=$T_H"
 [ "$T_X" = 0 ] && [ "$T_H" = 0 ]
+}
