@@ -234,6 +234,47 @@ fn provider_survives_libfabric_exit() {
     }
 }
 
+/// A killed peer: the survivor's connection fails at once (the zero-config link went down,
+/// so the peer process has gone), its posted operations complete in error and fi_pingpong
+/// ends with its cq_readerr and a non-zero status, as over the tcp provider; not after the
+/// 17 s of transport retries, nor never (a side waiting for a reply has nothing outstanding
+/// to retry). Both directions: the server killed, the client killed.
+#[test]
+fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
+    need_tools();
+    let _g = serial();
+    for victim in ["server", "client"] {
+        let p = droce();
+        let port = free_port();
+        let common = format!("fi_pingpong -p droce -e msg -I 100000000 -S 64");
+        let mut s = Proc::spawn("fi_pingpong server", &args(&format!("{common} -B {port}")), &p.env, DEADLINE);
+        let t0 = Instant::now();
+        while !tcp_listening(port) && s.running() && t0.elapsed() < SERVER_UP {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut c = Proc::spawn("fi_pingpong client", &args(&format!("{common} -P {port} 127.0.0.1")), &p.env, DEADLINE);
+        let t0 = Instant::now();
+        while !tcp_established(port) && c.running() && t0.elapsed() < SERVER_UP {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // well into the round trips (the connection setup over the link takes a moment)
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(s.running() && c.running(), "both must still run:\n{}{}", s.output(), c.output());
+        let (victim_proc, mut survivor) = if victim == "server" { (s, c) } else { (c, s) };
+        drop(victim_proc); // SIGTERM, then SIGKILL, to its process group
+        let killed = Instant::now();
+        while survivor.running() && killed.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let seen = killed.elapsed();
+        let d = survivor.finish();
+        assert!(d.code.is_some_and(|c| c != 0), "{victim} killed: the survivor must end with an error status:\n{}", d.show());
+        assert!(d.out.contains("cq_readerr") || d.out.contains("flushed"), "{victim} killed: no failed completion reported:\n{}", d.show());
+        // the retry path takes 17 s; the link watch a few ms (slack for a loaded machine)
+        assert!(seen < Duration::from_secs(8), "{victim} killed: the survivor took {seen:?} to end:\n{}", d.show());
+    }
+}
+
 // ---------------------------------------------------------------- harness self-checks
 
 #[test]

@@ -449,6 +449,9 @@ pub struct Engine {
     pub auto_progress: bool,
     /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
     idle_steps: u32,
+    /// [`Host::peer_lost`] was seen and the connections to the peer failed
+    /// (see [`Engine::fail_connections`]).
+    peer_lost_done: bool,
     /// Reused per post (the transport copies the gather list): no allocation per operation.
     swr: SendWr,
     rwr: RecvWr,
@@ -518,6 +521,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             bounce: None,
             auto_progress: false,
             idle_steps: 0,
+            peer_lost_done: false,
             swr: SendWr::new(0, SendOpcode::Send),
             rwr: RecvWr::new(0),
             wcs: Vec::with_capacity(64),
@@ -1212,6 +1216,7 @@ impl Engine {
                 break;
             }
         }
+        let peer_lost = !self.peer_lost_done && h.peer_lost();
         let mut events = Vec::new();
         let mut sidr_events = Vec::new();
         {
@@ -1252,8 +1257,46 @@ impl Engine {
             self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());
         }
         self.wcs = wcs;
+        if peer_lost {
+            self.peer_lost_done = true;
+            self.fail_connections();
+            work = true;
+        }
         self.idle_steps = if work { 0 } else { self.idle_steps.saturating_add(1) };
         work
+    }
+
+    /// The peer of the host's point-to-point memif link has gone ([`Host::peer_lost`]): every
+    /// connection fails now, as the tcp provider's do when their socket closes, instead of
+    /// after the transport's retries (17 s), which only run while something is outstanding.
+    /// The QP goes to the error state, so posted receives and sends complete with flush
+    /// errors through the usual path (FI_ECANCELED in the CQ error entry); a connected
+    /// endpoint gets FI_SHUTDOWN on its EQ, one still connecting an FI_ECONNRESET error.
+    fn fail_connections(&mut self) {
+        let mut h = self.host();
+        let mut failed = Vec::new();
+        for (&id, ep) in self.eps.iter_mut() {
+            if !matches!(ep.state, ConnState::Connected | ConnState::Connecting | ConnState::Accepting) {
+                continue;
+            }
+            if let Some(qp) = ep.qp {
+                let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+                let _ = h.dev().device_mut().modify_qp(qp, &a, QpAttrMask::STATE);
+            }
+            failed.push((id, ep.state));
+            ep.state = ConnState::Shutdown;
+        }
+        drop(h);
+        for (id, was) in failed {
+            let Some(ep) = self.eps.get(&id) else { continue };
+            let (fid, context, eq) = (ep.fid, ep.context, ep.eq);
+            let Some(q) = eq.and_then(|q| self.eqs.get_mut(&q)) else { continue };
+            if was == ConnState::Connected {
+                q.push(EqEvent::Shutdown { fid, context });
+            } else {
+                q.push_error(EqError { fid, context, err: fi::FI_ECONNRESET, prov_errno: 0, data: Vec::new() });
+            }
+        }
     }
 
     /// Whether the caller of a read that found nothing should give up the CPU (after it

@@ -62,6 +62,21 @@ pub fn tcp_listening(port: u16) -> bool {
     })
 }
 
+/// Is a TCP connection to local `port` established (a tool's control socket to its peer)?
+pub fn tcp_established(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f)
+            .map(|t| {
+                t.lines().skip(1).any(|l| {
+                    let cols: Vec<&str> = l.split_whitespace().collect();
+                    cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "01"
+                })
+            })
+            .unwrap_or(false)
+    })
+}
+
 /// A running child whose stdout and stderr are collected (interleaved) by reader threads.
 pub struct Proc {
     pub name: String,
