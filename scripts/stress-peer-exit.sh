@@ -12,10 +12,12 @@
 #              write_lat read_lat atomic_lat rc_pingpong)             another; TCP exchange --timeout
 #                                                                    10 s; QP timeout 14: 8 x 67 ms)
 #   fwd        droce-pmd txonly -> rxonly over memif                 run time + 20 s
-#   fi-msg     fi_pingpong -p droce -e msg, zero-config pair          45 s (rdma_cm retry time 17 s:
-#                                                                    ACK timeout 2^19 x 4.096 us x 8)
+#   fi-msg     fi_pingpong -p droce -e msg, zero-config pair          45 s (ends at once: the link
+#                                                                    watch; else the rdma_cm retry
+#                                                                    time 17 s: 2^19 x 4.096 us x 8)
 #   (fi-*, ucx: a server survivor still running at its bound without an established TCP
-#   connection is a server waiting for a client that died before connecting: "waits")
+#   connection, or a fi-msg server that had not logged "server connected", is a server waiting
+#   for a client that died before connecting: "waits", as over tcp)
 #   fi-rdm     fi_pingpong -p droce -e rdm (ofi_rxm over droce msg)   25 s; a survivor still waiting
 #                                                                    then is counted as "waits": ofi_rxm
 #                                                                    does not fail an application's
@@ -99,6 +101,16 @@ wait_bounded() {
 
 # Whether PID has an established TCP connection (a tool's control socket to its peer).
 peer_connected() { ss -tnpH state established 2>/dev/null | grep -q "pid=$1,"; }
+
+# wait_listen PID PORT: until PID listens on TCP PORT (a tool's control socket), at most 30 s,
+# or PID has ended. A fixed sleep was not enough on a loaded machine: a client that came first
+# got "Connection refused", and its server then waited for it for ever.
+wait_listen() {
+  local w=0
+  while ! ss -tlnH "sport = :$2" 2>/dev/null | grep -q . && kill -0 "$1" 2>/dev/null && [ $w -lt 300 ]; do
+    sleep 0.1; w=$((w + 1))
+  done
+}
 
 # wait_survivor PID SECONDS WAITS_FOR_CLIENT: wait_bounded; WAITS_FOR_CLIENT=1 (a tool's server
 # whose client died before connecting to it: no established TCP connection at the kill) turns a
@@ -259,9 +271,10 @@ run_fi() {  # run_fi msg|rdm I
   # for the same reason); droce installs no signal handler.
   export FI_PROVIDER_PATH="$FIDIR" FI_PROVIDER=droce DROCE_LINK="st$$-fi$i" IPATH_NO_BACKTRACE=1
   trap '' PIPE  # as for ucx_perftest below: fi_pingpong's own control socket
-  fi_pingpong -p droce -e "$ep" -I "$n" -S 64 -B "$port" >"$d/server.log" 2>&1 &
+  # -v: the server logs its setup steps ("Connected endpoint: server connected")
+  fi_pingpong -p droce -e "$ep" -I "$n" -S 64 -v -B "$port" >"$d/server.log" 2>&1 &
   local sp=$!; PIDS+=("$sp")
-  sleep 0.5
+  wait_listen "$sp" "$port"
   fi_pingpong -p droce -e "$ep" -I "$n" -S 64 -P "$port" 127.0.0.1 >"$d/client.log" 2>&1 &
   local cp=$!; PIDS+=("$cp")
   trap - PIPE
@@ -278,10 +291,16 @@ run_fi() {  # run_fi msg|rdm I
   fi
   ms_sleep "$at"
   local vp=$sp surv=$cp early=0
-  [ "$victim" = client ] && { vp=$cp; surv=$sp; peer_connected "$sp" || early=1; }
+  # A msg server whose client dies before its fi_connect waits in fi_eq_sread for a
+  # connection request, with no timeout: over the tcp provider the same (measured: a tcp
+  # client stopped in fi_fabric, after the names were exchanged, then SIGKILLed; its server
+  # was still waiting 25 s later). Its log then lacks "server connected".
+  [ "$victim" = client ] && { vp=$cp; surv=$sp; peer_connected "$sp" || early=1
+    [ "$ep" = msg ] && ! grep -q "server connected" "$d/server.log" && early=1; }
   kill -"$sig" "$vp" 2>/dev/null
-  # msg: the retries fail the outstanding work after 17 s; rdm: ofi_rxm's survivor waits, and
-  # what could crash it (an error completion rxm cannot take) comes with those same 17 s
+  # msg: the link watch fails the connection at once (the retries, 17 s, behind it); rdm:
+  # ofi_rxm's survivor waits, and what could crash it (an error completion rxm cannot take)
+  # comes with that failure
   local bound=45; [ "$ep" = rdm ] && bound=25
   wait_survivor "$surv" "$bound" "$early"; local rc=$WAIT_RC hang=$WAIT_HANG
   wait_bounded "$vp" 10; victim_check "$sig"
@@ -306,7 +325,7 @@ run_ucx() {
   trap '' PIPE
   LD_PRELOAD="$UCTLIB" ucx_perftest -d droce0 -x droce_rc -p "$port" >"$d/server.log" 2>&1 &
   local sp=$!; PIDS+=("$sp")
-  sleep 1
+  wait_listen "$sp" "$port"
   LD_PRELOAD="$UCTLIB" ucx_perftest 127.0.0.1 -p "$port" -d droce0 -x droce_rc -t "$t" -n "$n" >"$d/client.log" 2>&1 &
   local cp=$!; PIDS+=("$cp")
   trap - PIPE
