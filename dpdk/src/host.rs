@@ -724,10 +724,25 @@ impl Host {
         }
         if client_sock.is_some() {
             // the handshake follows the connect: let the first sends find the link up; a
-            // zero-config server that exits meanwhile ends the wait (checked every second;
-            // wait_link_up reconnects within each second, every 300 ms)
+            // zero-config server that exits meanwhile ends the wait (checked every second).
+            // A zero-config server marked itself ready after starting its port, so it never
+            // drops this connection: no reconnecting (each one risks the server, see
+            // Port::wait_link_up); a configured memif client reconnects with back-off.
+            let zero_config = cfg.link.is_some();
+            let mut since = Instant::now();
+            let mut every = Duration::from_secs(1);
             while t0.elapsed() < CLIENT_CONNECT_TIMEOUT {
-                if port.wait_link_up(Duration::from_secs(1).min(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()))).unwrap_or(false) {
+                let left = CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()).min(Duration::from_secs(1));
+                let up = if zero_config || since.elapsed() < every {
+                    port.wait_link_up_no_reconnect(left)
+                } else {
+                    since = Instant::now();
+                    every = (every * 2).min(Duration::from_secs(5));
+                    let _ = port.stop();
+                    let _ = port.start();
+                    port.wait_link_up_no_reconnect(left)
+                };
+                if up.unwrap_or(false) {
                     break;
                 }
                 if let Some(pid) = cfg.link.as_ref().and_then(|l| server_gone(&l.server_lock)) {

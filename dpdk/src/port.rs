@@ -12,7 +12,8 @@ use crate::intr_gate::PortUse;
 use crate::mbuf::MbufBatch;
 use crate::mempool::Mempool;
 
-/// How long a memif client's link may stay down in [`Port::wait_link_up`] before it reconnects.
+/// How long a memif client's link may stay down in [`Port::wait_link_up`] before it first
+/// reconnects (each later try waits twice as long as the one before, up to 5 s).
 pub const MEMIF_RECONNECT_AFTER: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Port id (`uint16_t port_id`).
@@ -674,16 +675,38 @@ impl Port {
     /// Polls the link until it is up or `timeout` passed; true when up.
     ///
     /// A net_memif *client* whose link stays down for [`MEMIF_RECONNECT_AFTER`] is stopped and
-    /// started again, i.e. reconnects. DPDK 22.11's memif server answers a client that connects
-    /// before the server's port is started (the socket exists from EAL init on) with a
-    /// disconnect ("ID 0 not found"), and its client never tries again: two processes started
-    /// together then both waited out their timeouts (seen in 1 of ~8 droce-pmd pairs once
-    /// startup timing shifted). A start that fails (no server listening) is retried the same way.
+    /// started again, i.e. reconnects, then after twice as long, and so on (up to 5 s between
+    /// tries). DPDK 22.11's memif server answers a client that connects before the server's
+    /// port is started (the socket exists from EAL init on) with a disconnect ("ID 0 not
+    /// found"), and its client never tries again: two processes started together then both
+    /// waited out their timeouts (seen in 1 of ~8 droce-pmd pairs once startup timing
+    /// shifted). A start that fails (no server listening) is retried the same way.
+    ///
+    /// Each reconnect closes a connection the server may not have accepted yet, and DPDK
+    /// 22.11's memif server does not survive that: its accept handler registers the new
+    /// connection with the interrupt thread, fails to send its hello (EPIPE), closes the
+    /// socket and frees the handle without unregistering it, and the interrupt thread's next
+    /// rebuild of its epoll set panics ("Error adding fd N epoll_ctl, Bad file descriptor",
+    /// SIGABRT). On a loaded machine a handshake can take longer than 300 ms, so the tries
+    /// back off; a client whose server is known to have started its port (the zero-config
+    /// pair) uses [`Port::wait_link_up_no_reconnect`].
     pub fn wait_link_up(&self, timeout: std::time::Duration) -> Result<bool> {
-        let memif_client = self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false)
+        self.wait_link(timeout, true)
+    }
+
+    /// [`Port::wait_link_up`] without reconnecting: for a memif client whose server had its
+    /// port started before this client connected, so that it never drops the connection.
+    pub fn wait_link_up_no_reconnect(&self, timeout: std::time::Duration) -> Result<bool> {
+        self.wait_link(timeout, false)
+    }
+
+    fn wait_link(&self, timeout: std::time::Duration, reconnect: bool) -> Result<bool> {
+        let memif_client = reconnect
+            && self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false)
             && port_name(self.id).ok().and_then(|n| crate::eal::vdev_args(&n)).is_some_and(|a| a.split(',').any(|kv| kv.trim() == "role=client"));
         let t0 = std::time::Instant::now();
         let mut since = t0;
+        let mut every = MEMIF_RECONNECT_AFTER;
         loop {
             if self.link()?.up {
                 return Ok(true);
@@ -692,10 +715,11 @@ impl Port {
             if now.duration_since(t0) >= timeout {
                 return Ok(false);
             }
-            if memif_client && now.duration_since(since) >= MEMIF_RECONNECT_AFTER {
+            if memif_client && now.duration_since(since) >= every {
                 let _ = self.stop();
                 let _ = self.start();
                 since = now;
+                every = (every * 2).min(std::time::Duration::from_secs(5));
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
