@@ -32,7 +32,8 @@
 # Usage: scripts/stress-peer-exit.sh [-n RUNS] [SCENARIO...]   (default: -n 20, every scenario)
 # Env: DROCE_PMD, DROCE_FI_DIR (dir of libdroce_fi.so), DROCE_UCT_LIB (libuct_droce.so):
 #      default the release builds, built by this script; STRESS_LOG (dir for the logs of runs
-#      that were not clean, default target/stress/<UTC time>)
+#      that were not clean, default target/stress/<UTC time>); STRESS_VERBOSE=1 (a line for
+#      every clean run too: progress of a long run)
 # Output: one line per run that was not clean, then a table (scenario, runs, kills, clean
 # ends, waits, crashes, hangs) and a last line "stress: runs=R kills=K clean=C waits=W
 # crashes=X hangs=H".
@@ -147,6 +148,7 @@ classify() {
     what=hang; N_HANG[$sc]=$((N_HANG[$sc] + 1))
   else
     N_CLEAN[$sc]=$((N_CLEAN[$sc] + 1))
+    [ "${STRESS_VERBOSE:-0}" = 1 ] && echo "$sc run $i: clean (status $rc); $RUN_DESC"
     return
   fi
   keep_logs "$sc" "$i" "$what" "$rc" "$@"
@@ -377,8 +379,9 @@ run_mpi() {  # run_mpi ompi|mpich I
   setsid "${cmd[@]}" >"$d/job.log" 2>&1 &
   local jp=$!; PIDS+=("$jp")
   local w=0
-  while [ "$(grep -c 'ready' "$d/job.log" 2>/dev/null)" -lt 2 ] && kill -0 "$jp" 2>/dev/null && [ $w -lt 600 ]; do sleep 0.1; w=$((w + 1)); done
-  local rpid; rpid=$(sed -n "s/^droce_mpi_soak: rank $vrank pid \([0-9]*\) ready.*/\1/p" "$d/job.log" | head -1)
+  # occurrences, not lines: the launcher may forward the two ranks' lines into one
+  while [ "$(grep -o 'rank [01] pid [0-9]* ready' "$d/job.log" 2>/dev/null | wc -l)" -lt 2 ] && kill -0 "$jp" 2>/dev/null && [ $w -lt 600 ]; do sleep 0.1; w=$((w + 1)); done
+  local rpid; rpid=$(sed -n "s/.*droce_mpi_soak: rank $vrank pid \([0-9]*\) ready.*/\1/p" "$d/job.log" | head -1)
   local at=$((RANDOM % 2500 + 300))
   RUN_DESC="$flavour, rank $vrank got SIG$sig ${at} ms after both were ready"
   count_run "$sc" "$sig"
@@ -394,7 +397,11 @@ run_mpi() {  # run_mpi ompi|mpich I
     kill -9 -- -"$jp" 2>/dev/null; wait "$jp" 2>/dev/null; return
   fi
   ms_sleep "$at"
-  kill -"$sig" "$rpid" 2>/dev/null
+  if ! kill -"$sig" "$rpid" 2>/dev/null; then
+    echo "$sc run $i: rank $vrank (pid $rpid) had exited before its SIG$sig: not counted as a kill; see $LOGDIR/$sc.$i"
+    mkdir -p "$LOGDIR/$sc.$i"; cp "$d/job.log" "$LOGDIR/$sc.$i/"
+    N_KILLS[$sc]=$((N_KILLS[$sc] - 1))
+  fi
   # the job (launcher + survivor) must end; the launcher's own status is non-zero
   wait_bounded "$jp" 60
   local hang=$WAIT_HANG
