@@ -204,7 +204,9 @@ fn access_of(access: u64) -> AccessFlags {
 }
 
 /// Registers `addr..addr+len` (process memory the application owns) with the device.
-pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags) -> Result<Mr, Errno> {
+/// `temp`: a registration for one operation posted without a descriptor (never lent to
+/// another operation: see `mr_table`).
+pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags, temp: bool) -> Result<Mr, Errno> {
     if addr == 0 && len != 0 {
         return Err(FI_EINVAL);
     }
@@ -213,7 +215,7 @@ pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags)
     // until fi_close(mr), which deregisters it first. For temporary registrations the buffer
     // belongs to an operation in flight and is deregistered at its completion (or ep close).
     let mr = unsafe { e.host().dev().reg_mr(pd, addr as *mut u8, len as usize, access) }.map_err(|_| FI_EINVAL)?;
-    let m = Mr { va: mr.va, len: mr.len, lkey: mr.lkey, rkey: mr.rkey };
+    let m = Mr { va: mr.va, len: mr.len, lkey: mr.lkey, rkey: mr.rkey, temp };
     e.add_mr(m);
     Ok(m)
 }
@@ -236,7 +238,7 @@ fn reg_common(addr: u64, len: u64, access: u64, context: *mut c_void, out: *mut 
         Ok(e) => e,
         Err(x) => return -(x as c_int),
     };
-    match register(&mut e, addr, len, access_of(access)) {
+    match register(&mut e, addr, len, access_of(access), false) {
         Ok(m) => mr_out(m, context, out),
         Err(x) => -(x as c_int),
     }
