@@ -412,6 +412,11 @@ pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info,
     })
 }
 
+/// Whether `f` is an endpoint this provider opened (fi_mr_bind checks its target).
+pub(crate) fn is_our_ep(f: *const fid) -> bool {
+    opt(f).is_some_and(|r| r.fclass == FI_CLASS_EP as usize && std::ptr::eq(r.ops, &EP_FI_OPS))
+}
+
 fn ep_obj(ep: *const fid_ep) -> Option<&'static EpObj> {
     opt(ep as *const EpObj)
 }
