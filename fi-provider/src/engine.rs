@@ -17,7 +17,7 @@ use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpSta
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{CqHandle, PdHandle, SrqHandle, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcFlags, WorkCompletion};
 use droce_transport::{Gid, Lkey, Psn, QKey, Qpn, Rkey};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -323,14 +323,8 @@ impl Op {
     }
 }
 
-/// A registered memory region of the provider.
-#[derive(Debug, Clone, Copy)]
-pub struct Mr {
-    pub va: u64,
-    pub len: u64,
-    pub lkey: Lkey,
-    pub rkey: Rkey,
-}
+pub use crate::mr_table::Mr;
+use crate::mr_table::MrTable;
 
 /// One gather/scatter element of a request: address, length, lkey (resolved by the caller).
 #[derive(Debug, Clone, Copy)]
@@ -435,7 +429,7 @@ pub struct Engine {
     /// SRQs of closed shared contexts still used by lingering QPs.
     orphan_srqs: Vec<SrqHandle>,
     pub ops: OpMap,
-    pub mrs: BTreeMap<u64, Vec<Mr>>,
+    pub mrs: MrTable,
     conns: HashMap<ConnId, Id>,
     /// rdma_cm port → passive endpoint
     listeners: HashMap<u16, Id>,
@@ -513,7 +507,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             srxs: IdMap::default(),
             orphan_srqs: Vec::new(),
             ops: OpMap::default(),
-            mrs: BTreeMap::new(),
+            mrs: MrTable::default(),
             conns: HashMap::new(),
             listeners: HashMap::new(),
             zombies: HashMap::new(),
@@ -600,29 +594,19 @@ impl Engine {
     }
 
     pub fn add_mr(&mut self, mr: Mr) {
-        self.mrs.entry(mr.va).or_default().push(mr);
+        self.mrs.insert(mr);
     }
 
+    /// Deregisters the MR (application or temporary) with this lkey.
     pub fn remove_mr(&mut self, lkey: Lkey) -> Option<Mr> {
-        let mut found = None;
-        for (va, v) in self.mrs.iter_mut() {
-            if let Some(i) = v.iter().position(|m| m.lkey == lkey) {
-                found = Some((*va, v.swap_remove(i)));
-                break;
-            }
-        }
-        let (va, mr) = found?;
-        if self.mrs.get(&va).is_some_and(|v| v.is_empty()) {
-            self.mrs.remove(&va);
-        }
+        let mr = self.mrs.remove(lkey)?;
         let _ = self.host().dev().dereg_mr(mr.lkey);
         Some(mr)
     }
 
-    /// The lkey of a registered MR covering `addr..addr+len`.
+    /// The lkey of an application MR covering `addr..addr+len` (temporary ones are not lent).
     pub fn find_mr(&self, addr: u64, len: u64) -> Option<Lkey> {
-        let end = addr.checked_add(len)?;
-        self.mrs.range(..=addr).rev().flat_map(|(_, v)| v.iter()).find(|m| m.va <= addr && end <= m.va + m.len).map(|m| m.lkey)
+        self.mrs.find(addr, len)
     }
 
     // ------------------------------------------------------------------ endpoints

@@ -28,6 +28,7 @@ pub mod engine;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod info;
+pub mod mr_table;
 pub mod queue;
 
 pub use ffi::fi_prov_ini;

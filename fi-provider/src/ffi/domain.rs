@@ -172,8 +172,8 @@ const _: () = assert!(std::mem::offset_of!(MrObj, m) == 0);
 static MR_FI_OPS: fi_ops = fi_ops {
     size: std::mem::size_of::<fi_ops>(),
     close: Some(mr_close),
-    bind: nosys!(fn(*mut fid, *mut fid, u64) -> c_int),
-    control: nosys!(fn(*mut fid, c_int, *mut c_void) -> c_int),
+    bind: Some(mr_bind),
+    control: Some(mr_control),
     ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
     tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
     ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
@@ -204,7 +204,9 @@ fn access_of(access: u64) -> AccessFlags {
 }
 
 /// Registers `addr..addr+len` (process memory the application owns) with the device.
-pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags) -> Result<Mr, Errno> {
+/// `temp`: a registration for one operation posted without a descriptor (never lent to
+/// another operation: see `mr_table`).
+pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags, temp: bool) -> Result<Mr, Errno> {
     if addr == 0 && len != 0 {
         return Err(FI_EINVAL);
     }
@@ -213,7 +215,7 @@ pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags)
     // until fi_close(mr), which deregisters it first. For temporary registrations the buffer
     // belongs to an operation in flight and is deregistered at its completion (or ep close).
     let mr = unsafe { e.host().dev().reg_mr(pd, addr as *mut u8, len as usize, access) }.map_err(|_| FI_EINVAL)?;
-    let m = Mr { va: mr.va, len: mr.len, lkey: mr.lkey, rkey: mr.rkey };
+    let m = Mr { va: mr.va, len: mr.len, lkey: mr.lkey, rkey: mr.rkey, temp };
     e.add_mr(m);
     Ok(m)
 }
@@ -236,7 +238,7 @@ fn reg_common(addr: u64, len: u64, access: u64, context: *mut c_void, out: *mut 
         Ok(e) => e,
         Err(x) => return -(x as c_int),
     };
-    match register(&mut e, addr, len, access_of(access)) {
+    match register(&mut e, addr, len, access_of(access), false) {
         Ok(m) => mr_out(m, context, out),
         Err(x) => -(x as c_int),
     }
@@ -266,6 +268,39 @@ unsafe extern "C" fn mr_regattr(_f: *mut fid, attr: *const fi_mr_attr, _flags: u
         // SAFETY: iov_count iovecs at mr_iov.
         let v = unsafe { *a.mr_iov };
         reg_common(v.iov_base as u64, v.iov_len as u64, a.access, a.context, mr)
+    })
+}
+
+/// fi_mr_bind. droce does not ask for FI_MR_ENDPOINT: an MR belongs to the domain's
+/// protection domain and any endpoint of the domain may use it at once, so binding it to one
+/// of our endpoints is allowed and changes nothing. Counters (remote access events) need
+/// FI_RMA_EVENT, which droce does not offer.
+unsafe extern "C" fn mr_bind(f: *mut fid, bfid: *mut fid, _flags: u64) -> c_int {
+    guard(EOTHER_I, || {
+        if opt(f).is_none() {
+            return -(FI_EINVAL as c_int);
+        }
+        let Some(b) = opt(bfid) else { return -(FI_EINVAL as c_int) };
+        match b.fclass as u32 {
+            FI_CLASS_EP if super::ep::is_our_ep(bfid) => 0,
+            FI_CLASS_CNTR => -(FI_ENOSYS as c_int),
+            _ => -(FI_EINVAL as c_int),
+        }
+    })
+}
+
+/// fi_mr_enable (fi_control FI_ENABLE): an MR is usable from fi_mr_reg on, nothing waits for
+/// the enable.
+unsafe extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *mut c_void) -> c_int {
+    guard(EOTHER_I, || {
+        if opt(f).is_none() {
+            return -(FI_EINVAL as c_int);
+        }
+        if command == FI_ENABLE as c_int {
+            0
+        } else {
+            -(FI_ENOSYS as c_int)
+        }
     })
 }
 

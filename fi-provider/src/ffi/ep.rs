@@ -412,6 +412,11 @@ pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info,
     })
 }
 
+/// Whether `f` is an endpoint this provider opened (fi_mr_bind checks its target).
+pub(crate) fn is_our_ep(f: *const fid) -> bool {
+    opt(f).is_some_and(|r| r.fclass == FI_CLASS_EP as usize && std::ptr::eq(r.ops, &EP_FI_OPS))
+}
+
 fn ep_obj(ep: *const fid_ep) -> Option<&'static EpObj> {
     opt(ep as *const EpObj)
 }
@@ -801,7 +806,7 @@ fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut 
             None => match e.find_mr(addr, len) {
                 Some(l) => l,
                 None => {
-                    let m = register(e, addr, len, AccessFlags::LOCAL_WRITE)?;
+                    let m = register(e, addr, len, AccessFlags::LOCAL_WRITE, true)?;
                     tmp.push(m.lkey);
                     m.lkey
                 }
@@ -956,7 +961,7 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
         // No room for the GRH in the application's buffer: receive into our own.
         let mut area = vec![0u8; (pinfo::UD_PREFIX + total) as usize].into_boxed_slice();
         let addr = area.as_mut_ptr() as u64;
-        match register(&mut e, addr, area.len() as u64, AccessFlags::LOCAL_WRITE) {
+        match register(&mut e, addr, area.len() as u64, AccessFlags::LOCAL_WRITE, true) {
             Ok(m) => {
                 tmp.push(m.lkey);
                 segs = Segs::one(Seg { addr, len: area.len() as u64, lkey: m.lkey });
@@ -1153,7 +1158,7 @@ fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, 
         None => {
             let mut area = vec![0u8; 8].into_boxed_slice();
             let a = area.as_mut_ptr() as u64;
-            match register(&mut e, a, 8, AccessFlags::LOCAL_WRITE) {
+            match register(&mut e, a, 8, AccessFlags::LOCAL_WRITE, true) {
                 Ok(m) => {
                     tmp.push(m.lkey);
                     bounce = Some(engine::Bounce { area, user: Vec::new() });
