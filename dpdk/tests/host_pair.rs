@@ -121,7 +121,7 @@ fn client_opening_after_its_server_exited_fails_at_once() {
     let _ = server.child.kill();
     let _ = server.child.wait();
     std::fs::write(&go, b"go").unwrap();
-    let (code, out, err) = client.finish(Duration::from_secs(20));
+    let (code, out, err) = client.finish(Duration::from_secs(60));
     let _ = std::fs::remove_file(&go);
     let rs = server.finish(Duration::from_secs(5));
     // both processes have ended: their lock files go too
