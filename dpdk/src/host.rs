@@ -471,6 +471,21 @@ fn server_gone(lock: &std::path::Path) -> Option<u32> {
     (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
 }
 
+/// The error of a zero-config client whose server (pid `pid`) has gone before the client's
+/// port came up. The server's lock file tells whether it had started its port: a client that
+/// took its role while the server ran and opens its port only later (fi_getinfo first,
+/// fi_domain after the other process ended, as fabtests' server does on a failed test) gets
+/// this at once instead of a memif connect failure after 30 s.
+fn server_gone_error(pname: &str, pid: u32, l: &DefaultLink, source: &str, when: &str) -> HostError {
+    let ready = std::fs::read_to_string(&l.server_lock).is_ok_and(|t| t.split_whitespace().nth(1) == Some("ready"));
+    let what = if ready { "started its port and has exited since" } else { "exited before its port was ready" };
+    HostError::Port(format!(
+        "{pname}: the zero-config server of link '{}' (pid {pid}, {}) {what}, {when}: a zero-config client connects only to the server that was running when it took its role; start the pair again ({source})",
+        l.name,
+        l.server_lock.display(),
+    ))
+}
+
 thread_local! {
     /// Set while `peek_env` runs on this thread.
     static PEEK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -685,11 +700,7 @@ impl Host {
         if let Some(l) = cfg.link.as_ref().filter(|l| !l.server) {
             while !server_ready(&l.server_lock) {
                 if let Some(pid) = server_gone(&l.server_lock) {
-                    return Err(HostError::Port(format!(
-                        "{pname}: the zero-config server (pid {pid}, {}) exited before its port was ready ({})",
-                        l.server_lock.display(),
-                        cfg.source
-                    )));
+                    return Err(server_gone_error(&pname, pid, l, &cfg.source, "before this client opened its port"));
                 }
                 if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
                     return Err(HostError::Port(format!(
@@ -745,8 +756,10 @@ impl Host {
                 if up.unwrap_or(false) {
                     break;
                 }
-                if let Some(pid) = cfg.link.as_ref().and_then(|l| server_gone(&l.server_lock)) {
-                    return Err(HostError::Port(format!("{pname}: the zero-config server (pid {pid}) exited before the link came up ({})", cfg.source)));
+                if let Some(l) = cfg.link.as_ref() {
+                    if let Some(pid) = server_gone(&l.server_lock) {
+                        return Err(server_gone_error(&pname, pid, l, &cfg.source, "before the link came up"));
+                    }
                 }
             }
         }

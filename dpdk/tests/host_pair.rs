@@ -99,3 +99,46 @@ fn zero_config_pair_manual_progress_and_third_process() {
 fn zero_config_pair_thread_progress() {
     pair("thread", 0);
 }
+
+/// A client that took its role while its server ran, and opens its port only after the server
+/// has exited (fabtests: fi_getinfo, then fi_domain after the server ended a failed test),
+/// gets one clear error at once: not a memif connect failure after 30 s.
+#[test]
+fn client_opening_after_its_server_exited_fails_at_once() {
+    let link = format!("test-{}-gone", std::process::id());
+    let go = std::env::temp_dir().join(format!("droce-host-pair-{}-go", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
+        let mut v: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone())];
+        v.extend(extra.iter().cloned());
+        v
+    };
+    let mut server = spawn(&env(&[("HOST_TEST_OPEN_ONLY", "1".into()), ("HOST_TEST_HOLD_MS", "60000".into())]));
+    let opened = wait_until(Duration::from_secs(30), || server.has_line(|l| l == "opened"));
+    let client = spawn(&env(&[("HOST_TEST_ROLE_FIRST", go.display().to_string())]));
+    let took = wait_until(Duration::from_secs(30), || client.has_line(|l| l.starts_with("role taken:")));
+    // our own child, by its handle
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    std::fs::write(&go, b"go").unwrap();
+    let (code, out, err) = client.finish(Duration::from_secs(60));
+    let _ = std::fs::remove_file(&go);
+    let rs = server.finish(Duration::from_secs(5));
+    // both processes have ended: their lock files go too
+    // SAFETY: getuid has no preconditions
+    let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+    for r in ["server", "client"] {
+        let _ = std::fs::remove_file(dir.join(format!("{link}.{r}.lock")));
+    }
+    assert!(opened, "server did not open: {:?} {}", rs.1, rs.2);
+    assert!(took && out.iter().any(|l| l.contains("memif client 10.77.0.2")), "client: {out:?} {err}");
+    assert_eq!(code, Some(2), "client: {out:?} {err}");
+    let line = err.lines().find(|l| l.contains("droce")).unwrap_or_else(|| panic!("client stderr: {err}"));
+    assert!(
+        line.contains(&format!("the zero-config server of link '{link}'")) && line.contains("started its port and has exited since") && line.contains("start the pair again"),
+        "{line}"
+    );
+    let ms: u64 = out.iter().find_map(|l| l.strip_prefix("open failed after ")?.strip_suffix(" ms")?.parse().ok()).unwrap_or(u64::MAX);
+    // the time includes EAL start (seconds on a loaded machine); the connect timeout is 30 s
+    assert!(ms < 25000, "the client waited {ms} ms: {out:?}");
+}

@@ -25,12 +25,36 @@ pub fn child_main() {
     }
     let peers: Option<Vec<IpAddr>> = std::env::var("HOST_TEST_PEERS").ok().map(|v| v.split(',').map(|s| s.parse().unwrap()).collect());
     let before = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    // HOST_TEST_ROLE_FIRST=<file>: take the zero-config role now (as fi_getinfo does) and open
+    // the host only once <file> exists (as fi_domain does later), at most 30 s on
+    if let Ok(go) = std::env::var("HOST_TEST_ROLE_FIRST") {
+        match droce_dpdk::host::HostConfig::from_env() {
+            Ok(c) => println!("role taken: {}", c.source),
+            Err(e) => {
+                eprintln!("host_pair: {e}");
+                std::process::exit(2);
+            }
+        }
+        let t0 = std::time::Instant::now();
+        while !std::path::Path::new(&go).exists() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let t_open = std::time::Instant::now();
     if let Err(e) = droce_dpdk::host::global() {
+        println!("open failed after {} ms", t_open.elapsed().as_millis());
         eprintln!("host_pair: {e}");
         std::process::exit(2);
     }
     let after = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!("cpus before {before} after {after}");
+    // HOST_TEST_OPEN_ONLY=1: open the host and hold it, no traffic (a peer that goes away)
+    if std::env::var("HOST_TEST_OPEN_ONLY").is_ok_and(|v| v == "1") {
+        println!("opened");
+        let hold = std::env::var("HOST_TEST_HOLD_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(hold));
+        std::process::exit(0);
+    }
     let quiet = std::env::var("HOST_TEST_QUIET").is_ok_and(|v| v == "1");
     let code = match example::run(peers, Duration::from_secs(30), quiet) {
         Ok(()) => 0,
