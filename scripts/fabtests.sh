@@ -16,7 +16,8 @@
 #                tcp and tcp;ofi_rxm, droce's MR modes, modes FI_CONTEXT and FI_RX_CQ_DATA)
 #   --out DIR    keep runfabtests' verbose logs there (default: a new directory under /tmp)
 #
-# Each provider's run happens in its own network namespace (`unshare --net`, loopback only),
+# Each provider's run happens in its own network and PID namespace (`unshare --net --pid`,
+# loopback only; runfabtests' cleanup kills every "fi_*" process it can see),
 # with a zero-config link name of its own (DROCE_LINK), so nothing else on the machine is
 # reached and no other droce process shares its memif roles. IPATH_NO_BACKTRACE=1: Debian's
 # libfabric links libinfinipath (psm provider), whose constructor installs SIGINT/SIGTERM
@@ -94,9 +95,12 @@ run_one() {
         extra="-u $cfg"
     fi
     echo "== $prov: runfabtests.sh -t $sets (log $log)"
-    # -vv: the output of failing and not-run cases lands in the log (the reasons)
+    # -vv: the output of failing and not-run cases lands in the log (the reasons).
+    # A PID namespace of its own too: runfabtests' cleanup SIGKILLs every process on the
+    # machine whose name starts with "fi_" (ps | grep '^fi_' | xargs kill -9), which took
+    # other users' fi_pingpong with it; inside the namespace it sees only its own.
     (cd "$ft/share/fabtests" &&
-        unshare --net bash -c "ip link set lo up && env -u FI_PROVIDER -u DROCE_CONF $env \
+        unshare --net --pid --fork --mount-proc bash -c "ip link set lo up && env -u FI_PROVIDER -u DROCE_CONF $env \
             PATH=$ft/bin:\$PATH runfabtests.sh -vv -p $ft/bin/ -t $sets $extra $prov") >"$log" 2>&1 || true
     summarize "$prov" "$log"
 }
