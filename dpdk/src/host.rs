@@ -8,7 +8,8 @@
 //!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
 //!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
 //!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
-//!   DROCE_PCAP=<path> ({pid}, {rank}),
+//!   DROCE_PCAP=<path> ({pid}, {rank}), DROCE_MTU=<Ethernet MTU> (the conf's `mtu`; 1500
+//!                       keeps a memif pair at path MTU 1024),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
 //! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
@@ -31,7 +32,8 @@
 //! EAL `-a`; enables the PCI bus), `port` (device name; default: the first `vdev`, else the first
 //! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
-//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU), `progress` (`manual` | `thread`),
+//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on memif and ring ports,
+//! the port's MTU elsewhere), `progress` (`manual` | `thread`),
 //! `hold-acks` (`yes` | `no`, default yes: RC ACKs leave behind the application's reply),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
@@ -109,7 +111,8 @@ pub struct HostConfig {
     pub peer: Option<IpAddr>,
     /// Static neighbour entries.
     pub neighbours: Vec<(IpAddr, [u8; 6])>,
-    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: the port's.
+    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: 9000 on memif and ring ports,
+    /// the port's elsewhere.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
     /// RC ACKs wait for the next poll, behind the application's reply (conf key `hold-acks`,
@@ -271,6 +274,12 @@ impl HostConfig {
         if let Ok(v) = std::env::var("DROCE_FAULTS") {
             if !v.trim().is_empty() {
                 cfg.faults = Some(v.trim().parse().map_err(|e| cfg_err(format!("DROCE_FAULTS='{v}': {e}")))?);
+            }
+        }
+        if let Ok(v) = std::env::var("DROCE_MTU") {
+            if !v.trim().is_empty() {
+                let m: u16 = v.trim().parse().ok().filter(|m| (576..=9600).contains(m)).ok_or_else(|| cfg_err(format!("DROCE_MTU='{v}': want an Ethernet MTU in 576..=9600")))?;
+                cfg.eth_mtu = Some(m);
             }
         }
         if let Ok(v) = std::env::var("DROCE_PCAP") {
@@ -636,6 +645,16 @@ const _: fn() = || {
     send::<Host>();
 };
 
+/// Ethernet MTU of a port whose conf gives none: 9000 (path MTU 4096) on the shared-memory
+/// PMDs, whose frames never meet a kernel or a switch (memif carries any frame length, ring
+/// passes mbufs); `None` (the port's own MTU, 1500 → path MTU 1024) on everything else, where
+/// a NIC or a kernel interface decides. Each connection still takes the smaller path MTU of
+/// its two ends (IB CM, the perftest exchange, the UCX endpoint address), so a peer at 1024
+/// (rxe, a NIC) is unaffected. Four times fewer frames per byte: see BENCHMARKS.md.
+fn default_eth_mtu(driver: &str) -> Option<u16> {
+    matches!(driver, "net_memif" | "net_ring").then_some(9000)
+}
+
 impl Host {
     /// Brings droce up in this process. EAL can be initialised once per process: a second
     /// `open` (or one after a failed EAL init that got past argument parsing) fails.
@@ -660,6 +679,11 @@ impl Host {
             Some(n) => crate::port_by_name(n).ok_or_else(|| HostError::Port(format!("no port named '{n}' (ports: {}) ({})", names(), cfg.source)))?,
             None => *ids.first().ok_or_else(|| HostError::Port(format!("EAL found no port ({}): give a vdev or a PCI allowlist entry", cfg.source)))?,
         };
+        let mut port = Port::new(id).map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let memif = info.driver_name == "net_memif";
+        let mut cfg = cfg;
+        cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name));
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
         let n = cfg.mbufs;
@@ -667,9 +691,6 @@ impl Host {
             Mempool::create("droce_host", &MempoolConfig { n, data_room, ..Default::default() })
                 .map_err(|e| HostError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise `memory` in the conf)")))?,
         );
-        let mut port = Port::new(id).map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
-        let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
-        let memif = info.driver_name == "net_memif";
         let mut pc = PortConfig::new().rx_desc(1024).tx_desc(1024).checksum_offload(true);
         if let Some(m) = cfg.eth_mtu {
             // net_memif refuses a configured MTU above 1500 but carries any frame length:
