@@ -521,9 +521,10 @@ fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
         Role::Server => (DEFAULT_SERVER_IP, DEFAULT_CLIENT_IP, DEFAULT_SERVER_MAC, DEFAULT_CLIENT_MAC, "server"),
         Role::Client => (DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, DEFAULT_CLIENT_MAC, DEFAULT_SERVER_MAC, "client"),
     };
-    // abstract socket: nothing on disk, released when its process ends
+    // abstract socket: nothing on disk, released when its process ends; 8 KiB buffers carry
+    // every frame of path MTU 4096 in one buffer (MEMIF_JUMBO_BSIZE)
     let text = format!(
-        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
+        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,bsize=8192,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
         mac_str(mac),
         mac_str(peer_mac)
     );
@@ -646,13 +647,34 @@ const _: fn() = || {
 };
 
 /// Ethernet MTU of a port whose conf gives none: 9000 (path MTU 4096) on the shared-memory
-/// PMDs, whose frames never meet a kernel or a switch (memif carries any frame length, ring
-/// passes mbufs); `None` (the port's own MTU, 1500 → path MTU 1024) on everything else, where
-/// a NIC or a kernel interface decides. Each connection still takes the smaller path MTU of
-/// its two ends (IB CM, the perftest exchange, the UCX endpoint address), so a peer at 1024
-/// (rxe, a NIC) is unaffected. Four times fewer frames per byte: see BENCHMARKS.md.
-fn default_eth_mtu(driver: &str) -> Option<u16> {
-    matches!(driver, "net_memif" | "net_ring").then_some(9000)
+/// PMDs, whose frames never meet a kernel or a switch (ring passes mbufs; memif when one of
+/// its buffers holds a whole frame, see [`MEMIF_JUMBO_BSIZE`]); `None` (the port's own MTU,
+/// 1500 → path MTU 1024) on everything else, where a NIC or a kernel interface decides. Each
+/// connection still takes the smaller path MTU of its two ends (IB CM, the perftest exchange,
+/// the UCX endpoint address), so a peer at 1024 (rxe, a NIC) is unaffected. Four times fewer
+/// frames per byte: see BENCHMARKS.md.
+fn default_eth_mtu(driver: &str, memif_bsize: u32) -> Option<u16> {
+    let jumbo = match driver {
+        "net_ring" => true,
+        "net_memif" => memif_bsize >= MEMIF_JUMBO_BSIZE,
+        _ => false,
+    };
+    jumbo.then_some(9000)
+}
+
+/// The memif buffer size (vdev `bsize`) from which a memif port defaults to path MTU 4096:
+/// the largest RoCE frame at that MTU (Ethernet 14 + IPv6 40 + UDP 8 + BTH 12 + RETH 16 +
+/// 4096 + ICRC 4 = 4190 bytes) in one buffer. DPDK 22.11's memif loses frames when frames of
+/// several buffers and of one buffer share a ring: a one-buffer frame that lands in a slot
+/// that began a chain before is glued to the slots after it (seen as 2048-, 6144- and
+/// 8192-byte "ACKs" in a capture, then retries exhausted), so no frame may span buffers.
+const MEMIF_JUMBO_BSIZE: u32 = 4224;
+
+/// The buffer size of the memif vdev `port` in `eal_args` (`bsize`, DPDK's default 2048).
+fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
+    let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port));
+    v.and_then(|v| v.split(',').skip(1).filter_map(|p| p.split_once('=')).find(|(k, _)| *k == "bsize").and_then(|(_, b)| b.parse().ok()))
+        .unwrap_or(2048)
 }
 
 impl Host {
@@ -683,7 +705,8 @@ impl Host {
         let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
         let memif = info.driver_name == "net_memif";
         let mut cfg = cfg;
-        cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name));
+        let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
+        cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name, memif_bsize(&cfg.eal_args, &pname)));
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
         let n = cfg.mbufs;
@@ -699,7 +722,6 @@ impl Host {
                 pc = pc.mtu(m);
             }
         }
-        let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
         let configured = port.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{pname}: configure: {e}")))?;
         let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
         let t0 = Instant::now();
@@ -1363,6 +1385,22 @@ mod tests {
         assert_eq!(memif_client_socket(&args, "net_memif1"), Some(MemifSocket { path: "/run/memif.sock".into(), abstract_: true }));
         assert_eq!(memif_client_socket(&a(&["--vdev=net_memif0,role=server"]), "net_memif0"), None);
         assert!(!MemifSocket { path: format!("/droce-none-{}", std::process::id()), abstract_: true }.listening());
+    }
+
+    #[test]
+    fn jumbo_default_only_where_frames_fit() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let args = a(&["droce", "--vdev=net_memif0,role=client,bsize=8192", "--vdev=net_memif1,role=server"]);
+        assert_eq!(memif_bsize(&args, "net_memif0"), 8192);
+        assert_eq!(memif_bsize(&args, "net_memif1"), 2048);
+        assert_eq!(default_eth_mtu("net_memif", memif_bsize(&args, "net_memif0")), Some(9000));
+        assert_eq!(default_eth_mtu("net_memif", memif_bsize(&args, "net_memif1")), None);
+        assert_eq!(default_eth_mtu("net_ring", 0), Some(9000));
+        for d in ["net_af_packet", "net_af_xdp", "net_tap", "mlx5_pci", "net_i40e"] {
+            assert_eq!(default_eth_mtu(d, 8192), None, "{d}");
+        }
+        // the zero-config pair (8 KiB buffers) qualifies: tests/host_pair.rs sees path MTU 4096
+        assert!(memif_bsize(&a(&["--vdev=net_memif0,role=server,id=0,bsize=8192,mac=x"]), "net_memif0") >= MEMIF_JUMBO_BSIZE);
     }
 
     #[test]
