@@ -32,8 +32,8 @@
 //! EAL `-a`; enables the PCI bus), `port` (device name; default: the first `vdev`, else the first
 //! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
-//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on memif and ring ports,
-//! the port's MTU elsewhere), `progress` (`manual` | `thread`),
+//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on ring ports and memif ports
+//! with `bsize` ≥ 4224, the port's MTU elsewhere), `progress` (`manual` | `thread`),
 //! `hold-acks` (`yes` | `no`, default yes: RC ACKs leave behind the application's reply),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
@@ -111,8 +111,8 @@ pub struct HostConfig {
     pub peer: Option<IpAddr>,
     /// Static neighbour entries.
     pub neighbours: Vec<(IpAddr, [u8; 6])>,
-    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: 9000 on memif and ring ports,
-    /// the port's elsewhere.
+    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: 9000 on ring ports and memif
+    /// ports with `bsize` ≥ 4224, the port's elsewhere.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
     /// RC ACKs wait for the next poll, behind the application's reply (conf key `hold-acks`,
