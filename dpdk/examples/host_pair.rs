@@ -109,6 +109,9 @@ impl App {
     fn on_established(&mut self, h: &mut Host, i: usize) -> Result<(), String> {
         self.st[i].established = true;
         let qp = self.st[i].qp.unwrap();
+        // the path MTU IB CM settled on (the smaller of both ends'): the tests check it
+        let mtu = h.dev().device().query_qp(qp).map(|q| q.attr.path_mtu.bytes()).unwrap_or(0);
+        println!("connected to {} at path MTU {mtu}", self.peers[i]);
         let text = format!("hello from {} to {}", self.me, self.peers[i]);
         let s = self.send_area();
         let large = pattern(self.me, self.peers[i], LARGE as usize);

@@ -2,6 +2,7 @@
 //! this thread (manual progress), so the figures are the cost of both ends on one core.
 //!
 //! `cargo run --release -p droce-dpdk --example roce_bw -- [write|send|pingpong] [SIZE] [SECONDS] [alloc]`
+//! (`ROCE_BW_MTU=4096` in the environment: jumbo mbufs and path MTU 4096; default 1024.)
 //! (`pingpong`: RC SEND ping-pong, CPU time per round trip of both sides' software path.)
 //! Prints goodput (Gbit/s), messages/s, frames/s and the thread's CPU time per message (from
 //! /proc/thread-self/schedstat: unlike rates, it hardly moves when other jobs share the CPU).
@@ -55,7 +56,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("--vdev=net_memif1,role=client,socket={},socket-abstract=no", sock.display()),
     ];
     let eal = Eal::init(&eal_args)?;
-    let pool = Arc::new(Mempool::create("bw_pool", &MempoolConfig { n: 16383, ..Default::default() })?);
+    let mtu = match std::env::var("ROCE_BW_MTU").ok().as_deref() {
+        None | Some("1024") => PathMtu::Mtu1024,
+        Some("4096") => PathMtu::Mtu4096,
+        Some(v) => return Err(format!("ROCE_BW_MTU={v}: want 1024 or 4096").into()),
+    };
+    let jumbo = mtu == PathMtu::Mtu4096;
+    let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
+    let pool = Arc::new(Mempool::create("bw_pool", &MempoolConfig { n: 16383, data_room, ..Default::default() })?);
     let ids = [port_by_name("net_memif0").ok_or("no memif0")?, port_by_name("net_memif1").ok_or("no memif1")?];
     let mut ports = [Port::new(ids[0])?, Port::new(ids[1])?];
     let cfg = PortConfig::new().rx_desc(1024).tx_desc(1024);
@@ -77,6 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             c.ipv4 = vec![ips[i]];
             c.rx_burst = 64;
             c.tx_burst = 64;
+            c.eth_mtu = jumbo.then_some(9000);
             RoceDevice::new(c, &conf[i], pool.clone())
         })
         .collect::<Result<_, _>>()?;
@@ -100,7 +109,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let d = devs[i].device_mut();
         let (a, m) = init_attr(AccessFlags::ALL);
         verb(d.modify_qp(res[i].2, &a, m))?;
-        let (a, m) = rtr_attr(av, PathMtu::Mtu1024, qpns[j], Psn::new(j as u32 * 1000), 16, 1);
+        let (a, m) = rtr_attr(av, mtu, qpns[j], Psn::new(j as u32 * 1000), 16, 1);
         verb(d.modify_qp(res[i].2, &a, m))?;
         let (a, m) = rts_attr(Psn::new(i as u32 * 1000), 14, 7, 7, 16);
         verb(d.modify_qp(res[i].2, &a, m))?;

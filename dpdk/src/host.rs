@@ -8,7 +8,8 @@
 //!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
 //!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
 //!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
-//!   DROCE_PCAP=<path> ({pid}, {rank}),
+//!   DROCE_PCAP=<path> ({pid}, {rank}), DROCE_MTU=<Ethernet MTU> (the conf's `mtu`; 1500
+//!                       keeps a memif pair at path MTU 1024),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
 //! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
@@ -31,7 +32,8 @@
 //! EAL `-a`; enables the PCI bus), `port` (device name; default: the first `vdev`, else the first
 //! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
-//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU), `progress` (`manual` | `thread`),
+//! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on ring ports and memif ports
+//! with `bsize` ≥ 4224, the port's MTU elsewhere), `progress` (`manual` | `thread`),
 //! `hold-acks` (`yes` | `no`, default yes: RC ACKs leave behind the application's reply),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
@@ -109,7 +111,8 @@ pub struct HostConfig {
     pub peer: Option<IpAddr>,
     /// Static neighbour entries.
     pub neighbours: Vec<(IpAddr, [u8; 6])>,
-    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: the port's.
+    /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: 9000 on ring ports and memif
+    /// ports with `bsize` ≥ 4224, the port's elsewhere.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
     /// RC ACKs wait for the next poll, behind the application's reply (conf key `hold-acks`,
@@ -271,6 +274,12 @@ impl HostConfig {
         if let Ok(v) = std::env::var("DROCE_FAULTS") {
             if !v.trim().is_empty() {
                 cfg.faults = Some(v.trim().parse().map_err(|e| cfg_err(format!("DROCE_FAULTS='{v}': {e}")))?);
+            }
+        }
+        if let Ok(v) = std::env::var("DROCE_MTU") {
+            if !v.trim().is_empty() {
+                let m: u16 = v.trim().parse().ok().filter(|m| (576..=9600).contains(m)).ok_or_else(|| cfg_err(format!("DROCE_MTU='{v}': want an Ethernet MTU in 576..=9600")))?;
+                cfg.eth_mtu = Some(m);
             }
         }
         if let Ok(v) = std::env::var("DROCE_PCAP") {
@@ -527,9 +536,10 @@ fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
         Role::Server => (DEFAULT_SERVER_IP, DEFAULT_CLIENT_IP, DEFAULT_SERVER_MAC, DEFAULT_CLIENT_MAC, "server"),
         Role::Client => (DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, DEFAULT_CLIENT_MAC, DEFAULT_SERVER_MAC, "client"),
     };
-    // abstract socket: nothing on disk, released when its process ends
+    // abstract socket: nothing on disk, released when its process ends; 8 KiB buffers carry
+    // every frame of path MTU 4096 in one buffer (MEMIF_JUMBO_BSIZE)
     let text = format!(
-        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
+        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,bsize=8192,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
         mac_str(mac),
         mac_str(peer_mac)
     );
@@ -651,6 +661,37 @@ const _: fn() = || {
     send::<Host>();
 };
 
+/// Ethernet MTU of a port whose conf gives none: 9000 (path MTU 4096) on the shared-memory
+/// PMDs, whose frames never meet a kernel or a switch (ring passes mbufs; memif when one of
+/// its buffers holds a whole frame, see [`MEMIF_JUMBO_BSIZE`]); `None` (the port's own MTU,
+/// 1500 → path MTU 1024) on everything else, where a NIC or a kernel interface decides. Each
+/// connection still takes the smaller path MTU of its two ends (IB CM, the perftest exchange,
+/// the UCX endpoint address), so a peer at 1024 (rxe, a NIC) is unaffected. Four times fewer
+/// frames per byte: see BENCHMARKS.md.
+fn default_eth_mtu(driver: &str, memif_bsize: u32) -> Option<u16> {
+    let jumbo = match driver {
+        "net_ring" => true,
+        "net_memif" => memif_bsize >= MEMIF_JUMBO_BSIZE,
+        _ => false,
+    };
+    jumbo.then_some(9000)
+}
+
+/// The memif buffer size (vdev `bsize`) from which a memif port defaults to path MTU 4096:
+/// the largest RoCE frame at that MTU (Ethernet 14 + IPv6 40 + UDP 8 + BTH 12 + RETH 16 +
+/// 4096 + ICRC 4 = 4190 bytes) in one buffer. DPDK 22.11's memif loses frames when frames of
+/// several buffers and of one buffer share a ring: a one-buffer frame that lands in a slot
+/// that began a chain before is glued to the slots after it (seen as 2048-, 6144- and
+/// 8192-byte "ACKs" in a capture, then retries exhausted), so no frame may span buffers.
+const MEMIF_JUMBO_BSIZE: u32 = 4224;
+
+/// The buffer size of the memif vdev `port` in `eal_args` (`bsize`, DPDK's default 2048).
+fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
+    let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port));
+    v.and_then(|v| v.split(',').skip(1).filter_map(|p| p.split_once('=')).find(|(k, _)| *k == "bsize").and_then(|(_, b)| b.parse().ok()))
+        .unwrap_or(2048)
+}
+
 impl Host {
     /// Brings droce up in this process. EAL can be initialised once per process: a second
     /// `open` (or one after a failed EAL init that got past argument parsing) fails.
@@ -675,6 +716,12 @@ impl Host {
             Some(n) => crate::port_by_name(n).ok_or_else(|| HostError::Port(format!("no port named '{n}' (ports: {}) ({})", names(), cfg.source)))?,
             None => *ids.first().ok_or_else(|| HostError::Port(format!("EAL found no port ({}): give a vdev or a PCI allowlist entry", cfg.source)))?,
         };
+        let mut port = Port::new(id).map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
+        let memif = info.driver_name == "net_memif";
+        let mut cfg = cfg;
+        let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
+        cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name, memif_bsize(&cfg.eal_args, &pname)));
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
         let n = cfg.mbufs;
@@ -682,9 +729,6 @@ impl Host {
             Mempool::create("droce_host", &MempoolConfig { n, data_room, ..Default::default() })
                 .map_err(|e| HostError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise `memory` in the conf)")))?,
         );
-        let mut port = Port::new(id).map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
-        let info = port.info().map_err(|e| HostError::Port(format!("port {}: {e}", id.0)))?;
-        let memif = info.driver_name == "net_memif";
         let mut pc = PortConfig::new().rx_desc(1024).tx_desc(1024).checksum_offload(true);
         if let Some(m) = cfg.eth_mtu {
             // net_memif refuses a configured MTU above 1500 but carries any frame length:
@@ -693,7 +737,6 @@ impl Host {
                 pc = pc.mtu(m);
             }
         }
-        let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
         let configured = port.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{pname}: configure: {e}")))?;
         let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
         let t0 = Instant::now();
@@ -1370,6 +1413,22 @@ mod tests {
         assert_eq!(memif_client_socket(&args, "net_memif1"), Some(MemifSocket { path: "/run/memif.sock".into(), abstract_: true }));
         assert_eq!(memif_client_socket(&a(&["--vdev=net_memif0,role=server"]), "net_memif0"), None);
         assert!(!MemifSocket { path: format!("/droce-none-{}", std::process::id()), abstract_: true }.listening());
+    }
+
+    #[test]
+    fn jumbo_default_only_where_frames_fit() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let args = a(&["droce", "--vdev=net_memif0,role=client,bsize=8192", "--vdev=net_memif1,role=server"]);
+        assert_eq!(memif_bsize(&args, "net_memif0"), 8192);
+        assert_eq!(memif_bsize(&args, "net_memif1"), 2048);
+        assert_eq!(default_eth_mtu("net_memif", memif_bsize(&args, "net_memif0")), Some(9000));
+        assert_eq!(default_eth_mtu("net_memif", memif_bsize(&args, "net_memif1")), None);
+        assert_eq!(default_eth_mtu("net_ring", 0), Some(9000));
+        for d in ["net_af_packet", "net_af_xdp", "net_tap", "mlx5_pci", "net_i40e"] {
+            assert_eq!(default_eth_mtu(d, 8192), None, "{d}");
+        }
+        // the zero-config pair (8 KiB buffers) qualifies: tests/host_pair.rs sees path MTU 4096
+        assert!(memif_bsize(&a(&["--vdev=net_memif0,role=server,id=0,bsize=8192,mac=x"]), "net_memif0") >= MEMIF_JUMBO_BSIZE);
     }
 
     #[test]

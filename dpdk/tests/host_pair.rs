@@ -50,6 +50,9 @@ fn pair_with(progress: &str, hold_ms: u32, more: &[(&'static str, &str)]) -> [(O
     assert!(role(client).contains("memif client 10.77.0.2 <-> 10.77.0.1"), "{sa} / {sb}");
     check_end("server", server, "10.77.0.1", &["10.77.0.2"]);
     check_end("client", client, "10.77.0.2", &["10.77.0.1"]);
+    // memif carries jumbo frames: the zero-config pair runs at path MTU 4096 by default
+    assert!(server.1.iter().any(|l| l == "connected to 10.77.0.2 at path MTU 4096"), "server: {:?}", server.1);
+    assert!(client.1.iter().any(|l| l == "connected to 10.77.0.1 at path MTU 4096"), "client: {:?}", client.1);
     if let Some((code, out, err)) = third {
         assert_eq!(code, Some(2), "third process: {out:?} {err}");
         let line = err.lines().find(|l| l.contains("droce")).unwrap_or_else(|| panic!("third process stderr: {err}"));

@@ -72,6 +72,11 @@ fn three_ranks_over_af_packet_veth_bridge() {
         assert!(role.contains(&format!("DROCE_CONF={CONF} rank {r}")) && role.contains(&format!("ip {}", ips[r])), "rank {r}: {role} {:?} {}", res.1, res.2);
         let others: Vec<&str> = ips.iter().copied().filter(|ip| *ip != ips[r]).collect();
         check_end(&format!("rank {r}"), res, ips[r], &others);
+        // af_packet over veth at the kernel's 1500-byte MTU: no jumbo default, path MTU 1024
+        for o in &others {
+            let want = format!("connected to {o} at path MTU 1024");
+            assert!(res.1.iter().any(|l| *l == want), "rank {r}: want '{want}' in {:?}", res.1);
+        }
     }
     drop(_down);
     let (_, status) = netns(&ns, &["status"]);

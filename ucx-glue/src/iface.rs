@@ -74,6 +74,32 @@ pub const DEV_ADDR_LEN: usize = 16;
 pub const UD_IFACE_ADDR_LEN: usize = 4;
 pub const RC_EP_ADDR_LEN: usize = 8;
 
+/// An RC endpoint address: the QPN (24 bits, little endian) with the path MTU this end allows
+/// in its high byte (the IB MTU code, 1 = 256 ... 5 = 4096), then the initial PSN (little
+/// endian). Each end connects at the smaller of the two path MTUs, so a rank whose port runs
+/// at 1024 (a 1500-byte Ethernet MTU) and one at 4096 (a memif port's default) still agree.
+pub fn encode_rc_ep_addr(qpn: u32, psn: u32, mtu: PathMtu) -> [u8; RC_EP_ADDR_LEN] {
+    let mut a = [0u8; RC_EP_ADDR_LEN];
+    a[..4].copy_from_slice(&((qpn & 0x00ff_ffff) | (mtu as u32) << 24).to_le_bytes());
+    a[4..].copy_from_slice(&psn.to_le_bytes());
+    a
+}
+
+/// (QPN, PSN, path MTU) of an RC endpoint address. A high byte that is no MTU code (0 from
+/// a build that did not send one) means 1024, the path MTU every RoCE port supports.
+pub fn decode_rc_ep_addr(a: &[u8; RC_EP_ADDR_LEN]) -> (u32, u32, PathMtu) {
+    let w = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+    let psn = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+    let mtu = match w >> 24 {
+        1 => PathMtu::Mtu256,
+        2 => PathMtu::Mtu512,
+        4 => PathMtu::Mtu2048,
+        5 => PathMtu::Mtu4096,
+        _ => PathMtu::Mtu1024,
+    };
+    (w & 0x00ff_ffff, psn, mtu)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Rc,
@@ -663,10 +689,7 @@ impl Iface {
         let ep = g.eps.get(id as usize).and_then(Option::as_ref).ok_or(UCS_ERR_INVALID_PARAM)?;
         let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
         let qpn = lock(self.host).dev().device().query_qp(qp).map_err(|_| UCS_ERR_IO_ERROR)?.qp_num.value();
-        let mut a = [0u8; RC_EP_ADDR_LEN];
-        a[..4].copy_from_slice(&qpn.to_le_bytes());
-        a[4..].copy_from_slice(&ep.psn.to_le_bytes());
-        Ok(a)
+        Ok(encode_rc_ep_addr(qpn, ep.psn, g.mtu))
     }
 
     /// RC: INIT -> RTR -> RTS towards the peer QP (the transport rc_connect attributes).
@@ -675,8 +698,8 @@ impl Iface {
         let (sgid, mtu) = (g.sgid_index, g.mtu);
         let ep = g.eps.get_mut(id as usize).and_then(Option::as_mut).ok_or(UCS_ERR_INVALID_PARAM)?;
         let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
-        let peer_qpn = u32::from_le_bytes([ep_addr[0], ep_addr[1], ep_addr[2], ep_addr[3]]);
-        let peer_psn = u32::from_le_bytes([ep_addr[4], ep_addr[5], ep_addr[6], ep_addr[7]]);
+        let (peer_qpn, peer_psn, peer_mtu) = decode_rc_ep_addr(ep_addr);
+        let mtu = mtu.min(peer_mtu);
         let mut h = lock(self.host);
         let av = h.dev().av(Gid(*dev_addr), sgid);
         let d = h.dev().device_mut();
@@ -1644,6 +1667,24 @@ mod tests {
         assert_eq!(op(AtomicKind::Cswap, 4, 9, 5, 0).apply(w), w, "compare mismatch writes nothing");
         assert_eq!(op(AtomicKind::Swap, 8, 5, 0, 0).apply(w), 5);
         assert_eq!(op(AtomicKind::Add, 4, 0, 0, 32).fetched(w), 0x1111_2222);
+    }
+
+    #[test]
+    fn rc_ep_addr_carries_the_path_mtu() {
+        for mtu in [PathMtu::Mtu256, PathMtu::Mtu512, PathMtu::Mtu1024, PathMtu::Mtu2048, PathMtu::Mtu4096] {
+            let a = encode_rc_ep_addr(0x00ab_cdef, 0x0012_3456, mtu);
+            assert_eq!(decode_rc_ep_addr(&a), (0x00ab_cdef, 0x0012_3456, mtu));
+        }
+        // QPN bits above 24 never leak into the MTU byte
+        let a = encode_rc_ep_addr(0xffff_ffff, 7, PathMtu::Mtu512);
+        assert_eq!(decode_rc_ep_addr(&a), (0x00ff_ffff, 7, PathMtu::Mtu512));
+        // an address without an MTU code (high byte 0) connects at 1024
+        let mut old = [0u8; RC_EP_ADDR_LEN];
+        old[..4].copy_from_slice(&0x0000_0011u32.to_le_bytes());
+        assert_eq!(decode_rc_ep_addr(&old), (0x11, 0, PathMtu::Mtu1024));
+        // the smaller end wins
+        let (_, _, peer) = decode_rc_ep_addr(&encode_rc_ep_addr(1, 1, PathMtu::Mtu1024));
+        assert_eq!(PathMtu::Mtu4096.min(peer), PathMtu::Mtu1024);
     }
 
     #[test]
