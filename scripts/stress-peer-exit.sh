@@ -17,7 +17,8 @@
 #                                                                    time 17 s: 2^19 x 4.096 us x 8)
 #   (fi-*, ucx: a server survivor still running at its bound without an established TCP
 #   connection, or a fi-msg server that had not logged "server connected", is a server waiting
-#   for a client that died before connecting: "waits", as over tcp)
+#   for a client that died before connecting: "waits", as over tcp; a ucx_perftest survivor
+#   whose own control socket failed spins in the tool's socket loop: "waits" too)
 #   fi-rdm     fi_pingpong -p droce -e rdm (ofi_rxm over droce msg)   25 s; a survivor still waiting
 #                                                                    then is counted as "waits": ofi_rxm
 #                                                                    does not fail an application's
@@ -138,6 +139,10 @@ classify() {
   if { [ "$hang" = 0 ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; } || grep -qsE "CRASH|terminated with signal|Segmentation fault|Aborted|core dumped" "$@"; then
     what=crash; N_CRASH[$sc]=$((N_CRASH[$sc] + 1))
   elif [ "$hang" = 1 ] && [ "$sc" = fi-rdm ] && [ "${RUN_SIG:--}" != - ]; then
+    N_WAIT[$sc]=$((N_WAIT[$sc] + 1))
+    return
+  elif [ "$hang" = 1 ] && [ "${WAIT_TOOL:-0}" = 1 ]; then
+    echo "$sc run $i: the survivor spins in ucx_perftest's own socket loop (its control socket failed; recv() returns 0 for ever and no UCT progress is called); $RUN_DESC"
     N_WAIT[$sc]=$((N_WAIT[$sc] + 1))
     return
   elif [ "$hang" = 1 ] && [ "${WAIT_CLIENT:-0}" = 1 ]; then
@@ -347,8 +352,14 @@ run_ucx() {
   [ "$victim" = client ] && { vp=$cp; surv=$sp; peer_connected "$sp" || early=1; }
   kill -"$sig" "$vp" 2>/dev/null
   wait_survivor "$surv" 30 "$early"; local rc=$WAIT_RC hang=$WAIT_HANG
+  # ucx_perftest's out-of-band exchange (perftest.c sock_io) loops while recv() returns 0 on
+  # a socket its peer closed, without calling UCT progress: a survivor that logged its own
+  # "send() failed"/"recv() failed" there spins in the tool, whatever the transport (gdb:
+  # main thread in recv() on fd 3 from sock_io, every time)
+  local sl="$d/server.log"; [ "$surv" = "$cp" ] && sl="$d/client.log"
+  WAIT_TOOL=0; grep -qE 'perftest.c:[0-9]+ +UCX +ERROR (send|recv)\(\) failed' "$sl" && WAIT_TOOL=1
   wait_bounded "$vp" 10; victim_check "$sig"
-  classify ucx "$i" "$rc" "$hang" "$d"/*.log; WAIT_CLIENT=0
+  classify ucx "$i" "$rc" "$hang" "$d"/*.log; WAIT_CLIENT=0; WAIT_TOOL=0
   classify_victim ucx "$i" "$d"/*.log
 }
 
