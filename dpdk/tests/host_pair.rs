@@ -119,7 +119,7 @@ fn client_opening_after_its_server_exited_fails_at_once() {
     let mut server = spawn(&env(&[("HOST_TEST_OPEN_ONLY", "1".into()), ("HOST_TEST_HOLD_MS", "60000".into())]));
     let opened = wait_until(Duration::from_secs(30), || server.has_line(|l| l == "opened"));
     let client = spawn(&env(&[("HOST_TEST_ROLE_FIRST", go.display().to_string())]));
-    let took = wait_until(Duration::from_secs(30), || client.has_line(|l| l.starts_with("role taken:")));
+    let took = wait_until(Duration::from_secs(30), || client.has_line(|l| l.contains("role taken:")));
     // our own child, by its handle
     let _ = server.child.kill();
     let _ = server.child.wait();
@@ -135,7 +135,7 @@ fn client_opening_after_its_server_exited_fails_at_once() {
     }
     assert!(opened, "server did not open: {:?} {}", rs.1, rs.2);
     assert!(took && out.iter().any(|l| l.contains("memif client 10.77.0.2")), "client: {out:?} {err}");
-    assert_eq!(code, Some(2), "client: {out:?} {err}");
+    assert_eq!(code, Some(2), "client exit {code:?}: {out:?} {err}");
     let line = err.lines().find(|l| l.contains("droce")).unwrap_or_else(|| panic!("client stderr: {err}"));
     assert!(
         line.contains(&format!("the zero-config server of link '{link}'")) && line.contains("started its port and has exited since") && line.contains("start the pair again"),
