@@ -2,30 +2,15 @@
 //! endpoints of one process (the device loops frames to its own address) exchange datagrams
 //! through an AV, with and without FI_MSG_PREFIX, and fi_cq_readfrom names the sender.
 
+#[macro_use]
 mod common;
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
-macro_rules! call {
-    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
-        let o = $obj;
-        let f = (*(*o).$table).$op.expect(stringify!($op));
-        f(o $(, $arg)*)
-    }};
-}
-macro_rules! fidcall {
-    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
-        let f: *mut fid = $fid;
-        let g = (*(*f).ops).$op.expect(stringify!($op));
-        g(f $(, $arg)*)
-    }};
-}
-
 const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 const DEADLINE: Duration = Duration::from_secs(30);
-
 
 unsafe fn dgram_pair(prefix: bool) {
     let hints = fi_dupinfo(null());

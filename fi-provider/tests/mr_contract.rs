@@ -7,25 +7,11 @@
 //! FI_MR_ENDPOINT not asked for: fi_getinfo strips it, while fi_mr_bind to one of our endpoints
 //! and fi_mr_enable are accepted and a counter bind (FI_RMA_EVENT, not offered) is ENOSYS.
 
+#[macro_use]
 mod common;
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
-
-macro_rules! call {
-    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
-        let o = $obj;
-        let f = (*(*o).$table).$op.expect(stringify!($op));
-        f(o $(, $arg)*)
-    }};
-}
-macro_rules! fidcall {
-    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
-        let f: *mut fid = $fid;
-        let g = (*(*f).ops).$op.expect(stringify!($op));
-        g(f $(, $arg)*)
-    }};
-}
 
 const MODES: u32 = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 

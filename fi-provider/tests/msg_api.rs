@@ -3,26 +3,12 @@
 //! to its own address), with CM data both ways; SEND with data checks, RMA write/read, writedata
 //! (FI_REMOTE_CQ_DATA), RoCE atomics (fetch-add, compare-swap), a rejected connect with reject data (EQ error entry), and shutdown.
 
+#[macro_use]
 mod common;
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
-
-macro_rules! call {
-    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
-        let o = $obj;
-        let f = (*(*o).$table).$op.expect(stringify!($op));
-        f(o $(, $arg)*)
-    }};
-}
-macro_rules! fidcall {
-    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
-        let f: *mut fid = $fid;
-        let g = (*(*f).ops).$op.expect(stringify!($op));
-        g(f $(, $arg)*)
-    }};
-}
 
 const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 const DEADLINE: Duration = Duration::from_secs(30);

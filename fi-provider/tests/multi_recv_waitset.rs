@@ -1,26 +1,12 @@
 //! FI_MULTI_RECV on FI_EP_MSG endpoints and wait sets (fi_wait_open / fi_wait) through the
 //! real libfabric API in one process.
 
+#[macro_use]
 mod common;
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
-
-macro_rules! call {
-    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
-        let o = $obj;
-        let f = (*(*o).$table).$op.expect(stringify!($op));
-        f(o $(, $arg)*)
-    }};
-}
-macro_rules! fidcall {
-    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
-        let f: *mut fid = $fid;
-        let g = (*(*f).ops).$op.expect(stringify!($op));
-        g(f $(, $arg)*)
-    }};
-}
 
 const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -79,7 +65,6 @@ unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut f
     assert_eq!(r, 0, "fi_mr_reg");
     mr
 }
-
 
 /// FI_MULTI_RECV on an FI_EP_MSG endpoint (self-connect in one process): two buffers posted
 /// with fi_recvmsg(FI_MULTI_RECV) fill in order, each message is reported at its offset, and

@@ -2,26 +2,12 @@
 //! libfabric API in one process: two self-connections whose passive endpoints share one
 //! receive context.
 
+#[macro_use]
 mod common;
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
-
-macro_rules! call {
-    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
-        let o = $obj;
-        let f = (*(*o).$table).$op.expect(stringify!($op));
-        f(o $(, $arg)*)
-    }};
-}
-macro_rules! fidcall {
-    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
-        let f: *mut fid = $fid;
-        let g = (*(*f).ops).$op.expect(stringify!($op));
-        g(f $(, $arg)*)
-    }};
-}
 
 const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -80,7 +66,6 @@ unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut f
     assert_eq!(r, 0, "fi_mr_reg");
     mr
 }
-
 
 unsafe fn recv_cntr(domain: *mut fid_domain) -> *mut fid_cntr {
     let mut attr: fi_cntr_attr = std::mem::zeroed();

@@ -49,28 +49,23 @@ pub fn free_port() -> u16 {
 /// Is some socket on this machine (this network namespace) listening on TCP `port`?
 /// Reads /proc/net/tcp{,6}: a probe connection would consume a one-shot server's accept.
 pub fn tcp_listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f)
-            .map(|t| {
-                t.lines().skip(1).any(|l| {
-                    let cols: Vec<&str> = l.split_whitespace().collect();
-                    cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-                })
-            })
-            .unwrap_or(false)
-    })
+    tcp_port_in_state(port, "0A")
 }
 
 /// Is a TCP connection to local `port` established (a tool's control socket to its peer)?
 pub fn tcp_established(port: u16) -> bool {
+    tcp_port_in_state(port, "01")
+}
+
+/// Whether /proc/net/tcp{,6} has a socket on local `port` in `state` (kernel hex code).
+fn tcp_port_in_state(port: u16, state: &str) -> bool {
     let want = format!(":{port:04X}");
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
         std::fs::read_to_string(f)
             .map(|t| {
                 t.lines().skip(1).any(|l| {
                     let cols: Vec<&str> = l.split_whitespace().collect();
-                    cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "01"
+                    cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == state
                 })
             })
             .unwrap_or(false)

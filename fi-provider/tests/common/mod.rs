@@ -1,7 +1,26 @@
 //! Helpers for the tests that load the provider into the real libfabric (fi_info,
 //! fi_pingpong from libfabric-bin) with FI_PROVIDER_PATH pointing at cargo's cdylib.
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_macros)]
+
+/// `call!(obj, table.op(args))`: the provider's op through the object's ops table, as the
+/// inline wrappers of libfabric's headers do.
+macro_rules! call {
+    ($obj:expr, $table:ident . $op:ident ( $($arg:expr),* )) => {{
+        let o = $obj;
+        let f = (*(*o).$table).$op.expect(stringify!($op));
+        f(o $(, $arg)*)
+    }};
+}
+
+/// `fidcall!(fid, op(args))`: an op of a fid's `fi_ops` table (close, bind, control, ...).
+macro_rules! fidcall {
+    ($fid:expr, $op:ident ( $($arg:expr),* )) => {{
+        let f: *mut fid = $fid;
+        let g = (*(*f).ops).$op.expect(stringify!($op));
+        g(f $(, $arg)*)
+    }};
+}
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
