@@ -777,32 +777,26 @@ impl Host {
             mark_server_ready();
         }
         if client_sock.is_some() {
-            // the handshake follows the connect: let the first sends find the link up; a
-            // zero-config server that exits meanwhile ends the wait (checked every second).
-            // A zero-config server marked itself ready after starting its port, so it never
-            // drops this connection: no reconnecting (each one risks the server, see
-            // Port::wait_link_up); a configured memif client reconnects with back-off.
-            let zero_config = cfg.link.is_some();
-            let mut since = Instant::now();
-            let mut every = Duration::from_secs(1);
-            while t0.elapsed() < CLIENT_CONNECT_TIMEOUT {
-                let left = CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()).min(Duration::from_secs(1));
-                let up = if zero_config || since.elapsed() < every {
-                    port.wait_link_up_no_reconnect(left)
-                } else {
-                    since = Instant::now();
-                    every = (every * 2).min(Duration::from_secs(5));
-                    let _ = port.stop();
-                    let _ = port.start();
-                    port.wait_link_up_no_reconnect(left)
-                };
-                if up.unwrap_or(false) {
-                    break;
-                }
-                if let Some(l) = cfg.link.as_ref() {
-                    if let Some(pid) = server_gone(&l.server_lock) {
-                        return Err(server_gone_error(&pname, pid, l, &cfg.source, "before the link came up"));
+            // the handshake follows the connect: let the first sends find the link up.
+            match cfg.link.as_ref() {
+                // A zero-config server marked itself ready after starting its port, so it never
+                // drops this connection: no reconnecting (each one risks the server, see
+                // Port::wait_link_up); a server that exits meanwhile ends the wait (checked
+                // every second).
+                Some(l) => {
+                    while t0.elapsed() < CLIENT_CONNECT_TIMEOUT {
+                        let left = CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()).min(Duration::from_secs(1));
+                        if port.wait_link_up_no_reconnect(left).unwrap_or(false) {
+                            break;
+                        }
+                        if let Some(pid) = server_gone(&l.server_lock) {
+                            return Err(server_gone_error(&pname, pid, l, &cfg.source, "before the link came up"));
+                        }
                     }
+                }
+                // a configured memif client reconnects with Port's back-off
+                None => {
+                    let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
                 }
             }
         }
