@@ -17,19 +17,6 @@ fn link_name(tag: &str) -> String {
     format!("mesh-{}-{tag}", std::process::id())
 }
 
-/// Removes the test's lock files when it ends (the processes, our children, have ended).
-struct Locks(String);
-
-impl Drop for Locks {
-    fn drop(&mut self) {
-        // SAFETY: getuid has no preconditions
-        let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-        for s in 0..droce_dpdk::host::MESH_MAX {
-            let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
-        }
-    }
-}
-
 fn ips(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("10.77.0.{}", i + 1)).collect()
 }
@@ -60,7 +47,9 @@ fn all_to_all(n: usize, progress: &str) {
         for o in &others {
             assert!(r.1.iter().any(|l| *l == format!("connected to {o} at path MTU 4096")), "slot {s}: {:?}", r.1);
         }
-        assert!(!r.2.contains("went down"), "slot {s}: no link went down while all ran: {}", r.2);
+        // the others' exits are seen (with thread progress, also while holding), each once
+        assert!(r.2.matches("went down").count() < n, "slot {s}: {}", r.2);
+        assert!(!r.2.contains(&format!("link to {me} ")), "slot {s}: {}", r.2);
     }
     slots.sort();
     assert_eq!(slots, (0..n).collect::<Vec<_>>(), "distinct slots 0..{n}");

@@ -22,6 +22,7 @@ fn pair_with(progress: &str, hold_ms: u32, more: &[(&'static str, &str)]) -> [(O
     // a link of its own per variant (the values tell them apart)
     let tag: String = more.iter().map(|(_, v)| format!("-{v}")).collect();
     let link = format!("test-{}-{progress}{tag}", std::process::id());
+    let _locks = Locks(link.clone());
     let env = |extra: &[(&'static str, String)]| -> Vec<(&'static str, String)> {
         let mut v: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone()), ("DROCE_PROGRESS", progress.to_string()), ("HOST_TEST_HOLD_MS", hold_ms.to_string())];
         v.extend(more.iter().map(|(k, x)| (*k, x.to_string())));

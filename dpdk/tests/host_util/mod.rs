@@ -214,3 +214,17 @@ pub fn check_end(name: &str, (code, out, err): &(Option<i32>, Vec<String>, Strin
     assert_eq!(w[2], w[4], "{name}: the host changed the caller's CPU affinity: {cpus}");
     assert!(!err.contains("memif_") && !err.contains("EAL:"), "{name}: DPDK log lines on stderr: {err}");
 }
+
+/// Removes a zero-config link's slot lock files when the test ends (its processes, our
+/// children, have ended by then; a lock file of a live process would only be re-created).
+pub struct Locks(pub String);
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        // SAFETY: getuid has no preconditions
+        let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+        for s in 0..droce_dpdk::host::MESH_MAX {
+            let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
+        }
+    }
+}
