@@ -976,11 +976,9 @@ impl Host {
             }
             let st = slot_state(&m.link.lock(p.slot));
             match (p.started, st) {
-                (None, SlotState::Alive { pid, ready: true }) if p.server_pid != Some(pid) => {
-                    if p.port.start().is_ok() {
-                        p.server_pid = Some(pid);
-                        p.started = Some(now);
-                    }
+                (None, SlotState::Alive { pid, ready: true }) if p.server_pid != Some(pid) && p.port.start().is_ok() => {
+                    p.server_pid = Some(pid);
+                    p.started = Some(now);
                 }
                 (Some(since), _) if !p.up => {
                     let gone = match st {

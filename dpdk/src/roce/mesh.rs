@@ -37,6 +37,9 @@ pub struct MeshWire {
     active: Vec<usize>,
     /// The active port the next RX round starts with (every port gets its turn first).
     rx_next: usize,
+    /// The port the last unicast frame went to: looked at first (a pair, or a burst to one
+    /// peer, finds its port without a search).
+    last_tx: usize,
     /// Frames dropped because their peer's port was down (or no port had their MAC).
     pub dropped_down: u64,
 }
@@ -121,8 +124,13 @@ impl MeshWire {
                 continue;
             }
             let mac = [d[0], d[1], d[2], d[3], d[4], d[5]];
-            match self.ports.iter_mut().find(|p| p.peer_mac == mac && p.up) {
-                Some(p) => p.queue.push_back(m),
+            let hit = self.ports.get(self.last_tx).is_some_and(|p| p.peer_mac == mac && p.up);
+            let i = if hit { Some(self.last_tx) } else { self.ports.iter().position(|p| p.peer_mac == mac && p.up) };
+            match i {
+                Some(i) => {
+                    self.last_tx = i;
+                    self.ports[i].queue.push_back(m);
+                }
                 None => self.dropped_down += 1,
             }
         }
