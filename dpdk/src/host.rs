@@ -5,19 +5,21 @@
 //! HostConfig::from_env() -> Result<HostConfig, HostError>
 //!   DROCE_CONF=<file>   a conf file (format below), values rank-templated; rank from DROCE_RANK,
 //!                       PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK (first set wins)
-//!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
-//!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
+//!   (no DROCE_CONF)     the zero-config default: a memif mesh of up to MESH_MAX processes
+//!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate meshes
 //!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
 //!   DROCE_PCAP=<path> ({pid}, {rank}), DROCE_MTU=<Ethernet MTU> (the conf's `mtu`; 1500
 //!                       keeps a memif pair at path MTU 1024),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
-//! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
+//! HostConfig::peek_env()   the same without taking a zero-config slot (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
 //! Host::open(cfg) -> Result<Host, HostError>   EAL (caller's CPU affinity restored), mempool,
 //!                                              port up, RoceDevice, CmAgent on QP1
 //!   dev(), cm(), cm_and_dev(), progress() (dev.poll + cm.poll; true if anything happened),
 //!   progress_datapath() (dev.poll every call, cm.poll every CM_POLL_EVERY-th call),
-//!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip)
+//!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip),
+//!   peer_lost(), lost_peers_since(&mut seen) (peers whose memif link went down, in order),
+//!   mesh_slot(), mesh_peers_up()
 //! global() -> Result<&'static Mutex<Host>, HostError>   opened once from from_env(), never
 //!   closed, errors sticky; Progress::Thread adds a background progress thread, manual
 //!   progress with hold_acks the ACK watchdog thread (flushes held ACKs nobody polled out)
@@ -42,14 +44,21 @@
 //! `pcap` (capture file), `eal`* (extra EAL arguments, split at white space).
 //!
 //! # Zero-config default
-//! Two processes on one machine, no configuration: the first to take
-//! `/tmp/droce-<uid>/<link>.server.lock` (flock, held until the process exits) is the memif
-//! server with 10.77.0.1, the next one takes `<link>.client.lock` and is the client with
-//! 10.77.0.2; each has the other as `peer` and a static neighbour entry (fixed MACs). The memif
-//! control socket is an abstract socket (`@droce-<uid>-<link>`): nothing on disk, gone with its
-//! process, so stale state is harmless and start order does not matter (a client waits up to
-//! [`CLIENT_CONNECT_TIMEOUT`] for its server to listen). A third process on the same link gets
-//! `HostError::Config` naming both holders' pids; a client whose server exits does not reconnect.
+//! Up to [`MESH_MAX`] processes on one machine, no configuration: a memif mesh, one link per
+//! pair of processes. Each takes the lowest free slot, the flock on
+//! `/tmp/droce-<uid>/<link>.<slot>.lock` (held until the process exits; `<pid>`, then
+//! `<pid> ready`), and gets [`mesh_ip`] (10.77.0.1 for slot 0, 10.77.0.2 for slot 1, ...) and
+//! [`mesh_mac`]; every other slot is a static neighbour. Port `net_memif<j>` links to slot j:
+//! the lower slot of a pair serves on its own abstract socket `@/droce-<uid>-<link>-<slot>`
+//! (memif `id` = the client's slot), the higher is the client. All ports exist from EAL start
+//! and are never removed (DPDK 22.11's memif frees a listener's interrupt handle without
+//! unregistering it when its last server port closes): server ports start at open, then the
+//! slot is marked ready; a client port starts once its server's slot is ready. [`Host::open`]
+//! waits (at most [`MESH_OPEN_WAIT`]) only for lower slots that are alive; slots that appear
+//! later are connected from the progress calls. A link that goes down means its process has
+//! gone ([`Host::lost_peers_since`]); the server side keeps its port for the slot's next
+//! process, the client side starts its port again when a new process in that slot is ready.
+//! A loopback destination means slot 1 for slot 0, slot 0 for the others (`peer`).
 //!
 //! # Exit
 //! [`global`] marks the shared object it is in RTLD_NODELETE (libfabric dlclose()s providers
@@ -70,7 +79,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a zero-config (memif) client keeps retrying to reach its server at `Host::open`.
+/// How long a configured memif client keeps retrying to reach its server at `Host::open`.
 pub const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Mbufs in the host's pool unless the conf says `mbufs = N` (≈ 20 MB at 2 KiB each).
@@ -461,8 +470,7 @@ pub fn mesh_mac(slot: u32) -> [u8; 6] {
 /// The slot's lock file, held for the life of the process (`<pid>`, then `<pid> ready`).
 static SLOT_LOCK: Mutex<Option<std::fs::File>> = Mutex::new(None);
 
-/// Marks this process's slot ready: its server ports are started, lower... higher slots may
-/// connect (a memif client that connects to a server port not started yet is refused for good
+/// Marks this process's slot ready: its server ports are started, higher slots may connect (a memif client that connects to a server port not started yet is refused for good
 /// in DPDK 22.11, so clients wait for this mark).
 fn mark_slot_ready() {
     use std::io::{Seek, Write};
