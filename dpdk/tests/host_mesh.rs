@@ -128,3 +128,35 @@ fn alone_opens_at_once_and_a_later_process_joins() {
     check_end("slot 0", &r1, "10.77.0.1", &["10.77.0.2"]);
     check_end("slot 1", &r2, "10.77.0.2", &["10.77.0.1"]);
 }
+
+/// A process beyond MESH_MAX on one link gets one clear line naming the limit and DROCE_CONF
+/// (the slots are held here by this test's own flocks, no 16 processes needed).
+#[test]
+fn a_process_beyond_the_limit_gets_one_clear_error() {
+    use std::os::unix::io::AsRawFd;
+    let link = link_name("full");
+    let _locks = Locks(link.clone());
+    // SAFETY: getuid has no preconditions
+    let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+    let _ = std::fs::create_dir(&dir);
+    let max = droce_dpdk::host::MESH_MAX;
+    let held: Vec<std::fs::File> = (0..max)
+        .map(|s| {
+            let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(format!("{link}.{s}.lock"))).unwrap();
+            // SAFETY: flock on a descriptor we own; the lock lasts while `f` is open
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+            f
+        })
+        .collect();
+    let p = spawn(&[("DROCE_LINK", link.clone()), ("HOST_TEST_OPEN_ONLY", "1".to_string())]);
+    let (code, out, err) = p.finish(Duration::from_secs(30));
+    drop(held);
+    assert_eq!(code, Some(2), "{out:?} {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("droce")).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(
+        lines[0].contains(&format!("zero-config default link '{link}' already has {max} processes")) && lines[0].contains("DROCE_CONF") && lines[0].contains("DROCE_LINK"),
+        "{}",
+        lines[0]
+    );
+}
