@@ -884,13 +884,13 @@ impl Host {
         (&mut self.cm, &mut self.dev)
     }
 
-    /// Whether the peer of a point-to-point memif link (the zero-config pair, or a conf with
-    /// `peer` on a memif port) has gone: the link was up and went down. A memif link goes down
-    /// only when the other side closes its control socket (exit, kill, port stop) and droce's
-    /// pair does not reconnect, so this is final. Frontends fail their connections to the peer
-    /// at once instead of waiting for retries that only come when something is outstanding
-    /// (a ping-pong side waiting for the reply of a dead peer waited forever, as over UCX tcp).
-    /// Looked at every [`LINK_WATCH_EVERY`] by the progress calls.
+    /// Whether some peer behind a point-to-point memif link (a zero-config mesh link, or a conf
+    /// with `peer` on a memif port) has gone: its link was up and went down. A memif link goes
+    /// down only when the other side closes its control socket (exit, kill, port stop), so the
+    /// process is gone. Frontends use [`Host::lost_peers_since`] to fail only the connections
+    /// to the peers that went, at once, instead of waiting for retries that only come when
+    /// something is outstanding (a ping-pong side waiting for the reply of a dead peer waited
+    /// forever, as over UCX tcp). Looked at every [`LINK_WATCH_EVERY`] by the progress calls.
     pub fn peer_lost(&self) -> bool {
         !self.lost.is_empty()
     }

@@ -195,7 +195,8 @@ pub enum Event {
     /// Store an atomic's fetched value (`width` 4 or 8 bytes) at `result`.
     AtomicResult { result: usize, width: u8, value: u64 },
     /// The endpoint failed (peer unreachable): `uct_iface_handle_ep_err`.
-    /// `peer_gone`: the host saw the peer of its point-to-point link go ([`Host::peer_lost`]).
+    /// `peer_gone`: the host saw this endpoint's peer go (its memif link went down,
+    /// [`Host::lost_peers_since`]).
     EpFailed { ep_c: usize, status: Status, peer_gone: bool },
 }
 
