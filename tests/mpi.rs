@@ -283,6 +283,22 @@ mod ucx {
         ok(r);
     }
 
+    /// Three Open MPI ranks (pml ucx) with no configuration: the zero-config memif mesh.
+    #[test]
+    fn openmpi_pml_ucx_droce_zero_config_np3() {
+        let lib = match std::env::var("DROCE_UCT_LIB") {
+            Ok(p) => PathBuf::from(p),
+            Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
+        };
+        let mut e = env(&[("LD_PRELOAD", lib.to_str().unwrap()), ("UCX_TLS", "droce_rc,droce_ud,self")]);
+        let zc = zero_config_env();
+        e.extend(zc.iter().cloned());
+        let _g = serial();
+        let r = job(Mpi::OpenMpi, 3, &ompi_ucx_args(), &e);
+        remove_slot_locks(&zc);
+        ok(r);
+    }
+
     #[test]
     fn mpich_ucx_droce_np2() {
         mpich_droce(2);
