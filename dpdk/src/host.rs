@@ -930,8 +930,8 @@ impl Host {
                 let p = m.peers.iter().find(|p| p.slot == j);
                 match slot_state(&m.link.lock(j)) {
                     SlotState::Free => false,
-                    // alive: not ready yet, or its link is not up yet
-                    SlotState::Alive { ready, .. } => !ready || p.is_some_and(|p| !p.up && p.started.is_some()) || p.is_some_and(|p| p.started.is_none()),
+                    // alive: not ready yet, or the link to it is not up yet
+                    SlotState::Alive { ready, .. } => !ready || p.is_some_and(|p| !p.up),
                 }
             });
             if !waiting {
