@@ -6,7 +6,8 @@
 //! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]
 //! ```
 //! Without `--peers` the peer is `127.0.0.1` resolved by `Host::resolve_dst`: the other end of
-//! the zero-config memif pair. The lower address of each pair connects, the higher accepts.
+//! the zero-config memif pair. On the zero-config mesh, `--peers 10.77.0.1,10.77.0.2,10.77.0.3`
+//! in three shells connects every process to every other (its own address is left out). The lower address of each pair connects, the higher accepts.
 //! Output (stdout), one line each: `role ...`, `got text '...' from IP`, `got 200000 bytes from
 //! IP: pattern ok`, `done: N peers`. Errors go to stderr with exit status 1 (2: host not up).
 //!
