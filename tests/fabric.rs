@@ -275,6 +275,78 @@ fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
     }
 }
 
+/// Three processes on one zero-config mesh: an fi_pingpong pair (slots 0 and 1) and a third
+/// process (slot 2, tests/fabric/exit_app.c holding a domain open) linked to both. The third
+/// is killed: both pingpong ends see its link go down and go on undisturbed (a loss fails only
+/// the connections to that peer; fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once has
+/// the survivor of its own peer).
+#[test]
+fn fi_pingpong_msg_mesh_a_killed_third_process_fails_no_other_connection() {
+    need_tools();
+    if !have("cc") {
+        eprintln!("SKIP: no C compiler (build-essential)");
+        return;
+    }
+    let app = profile_dir().join("droce_fi_exit_app_hold");
+    let cmd = format!("cc -O2 -o {} {} -lfabric", app.display(), repo_path("tests/fabric/exit_app.c").display());
+    let bd = run("cc", &args(&cmd), &[], DEADLINE);
+    assert!(bd.ok(), "{cmd}:\n{}", bd.show());
+    let _g = serial();
+    let p = droce();
+    let link = p.env.iter().find(|(k, _)| k == "DROCE_LINK").map(|(_, v)| v.clone()).unwrap();
+    let _locks = SlotLocks(link);
+    let common = "fi_pingpong -p droce -e msg -I 100000000 -S 64";
+    let port = free_port();
+    // each process takes its slot (at fi_getinfo) before the next one starts
+    let mut a = Proc::spawn("fi_pingpong server slot 0", &args(&format!("{common} -B {port}")), &p.env, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_listening(port) && a.running() && t0.elapsed() < SERVER_UP {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut b = Proc::spawn("fi_pingpong client slot 1", &args(&format!("{common} -P {port} 127.0.0.1")), &p.env, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_established(port) && b.running() && t0.elapsed() < SERVER_UP {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut env3 = p.env.clone();
+    env3.extend(harness::env(&[("EXIT_APP_HOLD_MS", "60000")]));
+    let mut c = Proc::spawn("exit_app slot 2", &[app.display().to_string()], &env3, DEADLINE);
+    let t0 = Instant::now();
+    while !c.output().contains("exit_app: opened") && c.running() && t0.elapsed() < SERVER_UP {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let all = |v: &[&Proc]| v.iter().map(|p| p.output()).collect::<Vec<_>>().join("");
+    assert!(c.output().contains("exit_app: opened"), "the third process did not open:\n{}", all(&[&a, &b, &c]));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(a.running() && b.running() && c.running(), "all three must run:\n{}", all(&[&a, &b, &c]));
+    drop(c); // SIGTERM, then SIGKILL, to its process group
+    // the pair goes on well past the loss
+    std::thread::sleep(Duration::from_secs(3));
+    let (a_runs, b_runs) = (a.running(), b.running());
+    let (oa, ob) = (a.output(), b.output());
+    drop(a);
+    drop(b);
+    for o in [&oa, &ob] {
+        assert!(o.contains("the memif link to 10.77.0.3 (zero-config slot 2) went down"), "the loss was not seen:\n{oa}{ob}");
+    }
+    assert!(a_runs && b_runs, "the pair of slots 0 and 1 must go on:\n{oa}{ob}");
+    assert!(!oa.contains("cq_readerr") && !ob.contains("cq_readerr") && !oa.contains("flushed") && !ob.contains("flushed"), "{oa}{ob}");
+}
+
+/// Removes a zero-config link's slot lock files when the test ends.
+struct SlotLocks(String);
+
+impl Drop for SlotLocks {
+    fn drop(&mut self) {
+        // SAFETY: getuid has no preconditions
+        let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+        for s in 0..16 {
+            let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
+        }
+    }
+}
+
 // ---------------------------------------------------------------- harness self-checks
 
 #[test]

@@ -10,8 +10,10 @@
 //!   the environment those runs need, `ucx_droce_env`).
 //!
 //! Two ranks use the zero-config memif pair (named by DROCE_LINK so concurrent pairs on the
-//! machine cannot meet). Four ranks use conf/ranks.conf (af_packet on veth droce<rank>) over the
-//! bridge `scripts/droce-netns.sh up 4` creates (root only; removed again after the run).
+//! machine cannot meet); the `*_zero_config_np3` tests run three ranks on the zero-config
+//! memif mesh (no DROCE_CONF, no root). Four ranks use conf/ranks.conf (af_packet on veth
+//! droce<rank>) over the bridge `scripts/droce-netns.sh up 4` creates (root only; removed again
+//! after the run).
 //!
 //! The same runners drive the baselines the droce cases are compared with (tcp;ofi_rxm, UCX tcp)
 //! in the `harness_*` tests: they prove the program and the harness work here.
@@ -153,6 +155,22 @@ fn droce_rank_env(np: u32) -> Vec<(String, String)> {
     }
 }
 
+/// Environment for droce ranks on the zero-config mesh, whatever their number: a private link
+/// name and nothing else (no DROCE_CONF).
+fn zero_config_env() -> Vec<(String, String)> {
+    env(&[("DROCE_LINK", &unique("mpi-mesh"))])
+}
+
+/// Removes the slot lock files of the zero-config link in `e` (the job has ended).
+fn remove_slot_locks(e: &[(String, String)]) {
+    let Some((_, link)) = e.iter().find(|(k, _)| k == "DROCE_LINK") else { return };
+    // SAFETY: getuid has no preconditions
+    let dir = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+    for s in 0..16 {
+        let _ = std::fs::remove_file(dir.join(format!("{link}.{s}.lock")));
+    }
+}
+
 // ------------------------------------------------------------ libfabric (issue 5)
 
 fn openmpi_cm_ofi_droce(np: u32) {
@@ -173,6 +191,21 @@ fn openmpi_cm_ofi_droce_np2() {
 #[test]
 fn openmpi_cm_ofi_droce_np4() {
     openmpi_cm_ofi_droce(4);
+}
+
+/// Three ranks with no configuration at all (issue 18): the zero-config memif mesh, one link
+/// per pair of ranks.
+#[test]
+fn openmpi_cm_ofi_droce_zero_config_np3() {
+    let dir = fi_provider_dir();
+    let _g = serial();
+    let mut e = env(&[("FI_PROVIDER", "droce"), ("FI_PROVIDER_PATH", dir.to_str().unwrap())]);
+    let zc = zero_config_env();
+    e.extend(zc.iter().cloned());
+    let r = job(Mpi::OpenMpi, 3, &ompi_ofi_args(""), &e);
+    remove_slot_locks(&zc);
+    let d = ok(r);
+    assert_ofi_provider(&d, 3, "droce;ofi_rxm");
 }
 
 /// Baseline and harness check: the same job over tcp;ofi_rxm. Open MPI's default
@@ -232,6 +265,38 @@ mod ucx {
         let _g = serial();
         let _net = if np > 2 { Some(RankNet::up(np).unwrap_or_else(|e| panic!("{e}"))) } else { None };
         ok(job(Mpi::OpenMpi, np, &ompi_ucx_args(), &env));
+    }
+
+    /// Three ranks with no configuration at all (issue 18): the zero-config memif mesh.
+    #[test]
+    fn mpich_ucx_droce_zero_config_np3() {
+        let lib = match std::env::var("DROCE_UCT_LIB") {
+            Ok(p) => PathBuf::from(p),
+            Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
+        };
+        let mut e = env(&[("LD_PRELOAD", lib.to_str().unwrap()), ("UCX_TLS", "droce_rc,droce_ud,self")]);
+        let zc = zero_config_env();
+        e.extend(zc.iter().cloned());
+        let _g = serial();
+        let r = job(Mpi::Mpich, 3, &[], &e);
+        remove_slot_locks(&zc);
+        ok(r);
+    }
+
+    /// Three Open MPI ranks (pml ucx) with no configuration: the zero-config memif mesh.
+    #[test]
+    fn openmpi_pml_ucx_droce_zero_config_np3() {
+        let lib = match std::env::var("DROCE_UCT_LIB") {
+            Ok(p) => PathBuf::from(p),
+            Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
+        };
+        let mut e = env(&[("LD_PRELOAD", lib.to_str().unwrap()), ("UCX_TLS", "droce_rc,droce_ud,self")]);
+        let zc = zero_config_env();
+        e.extend(zc.iter().cloned());
+        let _g = serial();
+        let r = job(Mpi::OpenMpi, 3, &ompi_ucx_args(), &e);
+        remove_slot_locks(&zc);
+        ok(r);
     }
 
     #[test]

@@ -326,3 +326,66 @@ fn failed_peer_surfaces_as_endpoint_timeout() {
     assert!(d.out.contains("the application handles no endpoint errors"), "{}", d.show());
     assert!(seen < Duration::from_secs(15), "the failure took {seen:?}");
 }
+
+/// Three processes on one zero-config mesh: a ucx_perftest pair over droce_rc (slots 0 and 1)
+/// and a third process (slot 2, tests/fabric/exit_app.c holding a libfabric domain open)
+/// linked to both. The third is killed: both perftest ends see its link go down, and no
+/// endpoint of the pair fails (a loss fails only the endpoints to that peer;
+/// failed_peer_surfaces_as_endpoint_timeout has the survivor of its own peer).
+#[test]
+fn a_killed_third_process_on_the_mesh_fails_no_endpoint_of_the_pair() {
+    if !tools() {
+        return;
+    }
+    if !(have("cc") && have("fi_info")) {
+        eprintln!("SKIP: no C compiler or libfabric (build-essential, libfabric-dev)");
+        return;
+    }
+    let app = profile_dir().join("droce_fi_exit_app_hold_ucx");
+    let cmd = format!("cc -O2 -o {} {} -lfabric", app.display(), repo_path("tests/fabric/exit_app.c").display());
+    let bd = run("cc", &args(&cmd), &[], DEADLINE);
+    assert!(bd.ok(), "{cmd}:\n{}", bd.show());
+    let _g = serial();
+    let link = unique("ucxmesh");
+    let e = pair_env(&link, &[]);
+    let port = free_port();
+    let mut srv = Proc::spawn("server slot 0", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_rc")), &e, DEADLINE);
+    let t0 = Instant::now();
+    while !tcp_listening(port) && srv.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x droce_rc -t put_bw -s 4096 -D zcopy -n 100000000"));
+    let mut cli = Proc::spawn("client slot 1", &cmd, &e, DEADLINE);
+    let t0 = Instant::now();
+    while !cli.output().contains("Message size") && cli.running() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = fi_provider_dir();
+    let e3 = env(&[("DROCE_LINK", &link), ("FI_PROVIDER_PATH", dir.to_str().unwrap()), ("FI_PROVIDER", "droce"), ("EXIT_APP_HOLD_MS", "60000")]);
+    let mut third = Proc::spawn("exit_app slot 2", &[app.display().to_string()], &e3, DEADLINE);
+    let t0 = Instant::now();
+    while !third.output().contains("exit_app: opened") && third.running() && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let outs = |v: &[&Proc]| v.iter().map(|p| p.output()).collect::<Vec<_>>().join("");
+    assert!(third.output().contains("exit_app: opened"), "the third process did not open:\n{}", outs(&[&srv, &cli, &third]));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(srv.running() && cli.running(), "the pair must run:\n{}", outs(&[&srv, &cli, &third]));
+    drop(third); // SIGTERM, then SIGKILL, to its process group
+    std::thread::sleep(Duration::from_secs(3));
+    let (s_runs, c_runs) = (srv.running(), cli.running());
+    let (os, oc) = (srv.output(), cli.output());
+    // our own processes, by their process groups
+    drop(cli);
+    drop(srv);
+    // SAFETY: getuid has no preconditions
+    let locks = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+    for s in 0..16 {
+        let _ = std::fs::remove_file(locks.join(format!("{link}.{s}.lock")));
+    }
+    for o in [&os, &oc] {
+        assert!(o.contains("the memif link to 10.77.0.3 (zero-config slot 2) went down"), "the loss was not seen:\n{os}{oc}");
+    }
+    assert!(s_runs && c_runs, "the pair must go on:\n{os}{oc}");
+    assert!(!os.contains("Endpoint timeout") && !oc.contains("Endpoint timeout"), "{os}{oc}");
+}

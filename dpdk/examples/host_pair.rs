@@ -6,7 +6,8 @@
 //! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]
 //! ```
 //! Without `--peers` the peer is `127.0.0.1` resolved by `Host::resolve_dst`: the other end of
-//! the zero-config memif pair. The lower address of each pair connects, the higher accepts.
+//! the zero-config memif pair. On the zero-config mesh, `--peers 10.77.0.1,10.77.0.2,10.77.0.3`
+//! in three shells connects every process to every other (its own address is left out). The lower address of each pair connects, the higher accepts.
 //! Output (stdout), one line each: `role ...`, `got text '...' from IP`, `got 200000 bytes from
 //! IP: pattern ok`, `done: N peers`. Errors go to stderr with exit status 1 (2: host not up).
 //!
@@ -70,6 +71,8 @@ struct App {
     mr: MemoryRegion,
     base: u64,
     quiet_check: bool,
+    /// The IB CM service port.
+    port: u16,
 }
 
 impl App {
@@ -101,7 +104,7 @@ impl App {
     fn connect(&mut self, h: &mut Host, i: usize) -> Result<(), String> {
         let qp = self.new_qp(h, i)?;
         let (cm, dev) = h.cm_and_dev();
-        let id = cm.connect(dev, SocketAddr::new(self.peers[i], PORT), qp, &ConnectParams::rping()).map_err(|e| format!("connect: {e}"))?;
+        let id = cm.connect(dev, SocketAddr::new(self.peers[i], self.port), qp, &ConnectParams::rping()).map_err(|e| format!("connect: {e}"))?;
         self.st[i] = PeerState { qp: Some(qp), conn: Some(id), ..Default::default() };
         Ok(())
     }
@@ -133,6 +136,12 @@ impl App {
 }
 
 pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool) -> Result<(), String> {
+    run_on(peers_arg, timeout, quiet_check, PORT)
+}
+
+/// [`run`] with the IB CM service port to listen on and connect to (a second exchange in the
+/// same process uses another).
+pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool, port: u16) -> Result<(), String> {
     let g = host::global().map_err(|e| e.to_string())?;
     let mut h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = h.local_ip();
@@ -159,11 +168,11 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool)
     let mr = unsafe { dev.reg_mr(pd, base as *mut u8, len as usize, AccessFlags::ALL) }.map_err(|e| format!("reg_mr: {e:?}"))?;
     std::mem::forget(buf);
     let cq = dev.device_mut().create_cq(256).map_err(|e| format!("create_cq: {e:?}"))?;
-    h.cm().listen(PORT);
+    h.cm().listen(port);
     if quiet_check && peers.len() != 1 {
         return Err("--quiet-check wants exactly one peer".into());
     }
-    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check };
+    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check, port };
     // the connecting end's extra send, once its main exchange is complete: when it was posted
     let mut ping_posted: Option<Instant> = None;
     for i in 0..n {

@@ -5,19 +5,21 @@
 //! HostConfig::from_env() -> Result<HostConfig, HostError>
 //!   DROCE_CONF=<file>   a conf file (format below), values rank-templated; rank from DROCE_RANK,
 //!                       PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK (first set wins)
-//!   (no DROCE_CONF)     the zero-config default: a two-process memif link (see below)
-//!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate pairs
+//!   (no DROCE_CONF)     the zero-config default: a memif mesh of up to MESH_MAX processes
+//!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate meshes
 //!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
 //!   DROCE_PCAP=<path> ({pid}, {rank}), DROCE_MTU=<Ethernet MTU> (the conf's `mtu`; 1500
 //!                       keeps a memif pair at path MTU 1024),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
-//! HostConfig::peek_env()   the same without taking a zero-config role (probes the locks)
+//! HostConfig::peek_env()   the same without taking a zero-config slot (probes the locks)
 //! HostConfig::parse(text, rank) -> Result<HostConfig, HostError>   (conf file text)
 //! Host::open(cfg) -> Result<Host, HostError>   EAL (caller's CPU affinity restored), mempool,
 //!                                              port up, RoceDevice, CmAgent on QP1
 //!   dev(), cm(), cm_and_dev(), progress() (dev.poll + cm.poll; true if anything happened),
 //!   progress_datapath() (dev.poll every call, cm.poll every CM_POLL_EVERY-th call),
-//!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip)
+//!   config(), local_ip(), local_gid_index(), port_id(), resolve_src(ip), resolve_dst(ip),
+//!   peer_lost(), lost_peers_since(&mut seen) (peers whose memif link went down, in order),
+//!   mesh_slot(), mesh_peers_up()
 //! global() -> Result<&'static Mutex<Host>, HostError>   opened once from from_env(), never
 //!   closed, errors sticky; Progress::Thread adds a background progress thread, manual
 //!   progress with hold_acks the ACK watchdog thread (flushes held ACKs nobody polled out)
@@ -42,14 +44,21 @@
 //! `pcap` (capture file), `eal`* (extra EAL arguments, split at white space).
 //!
 //! # Zero-config default
-//! Two processes on one machine, no configuration: the first to take
-//! `/tmp/droce-<uid>/<link>.server.lock` (flock, held until the process exits) is the memif
-//! server with 10.77.0.1, the next one takes `<link>.client.lock` and is the client with
-//! 10.77.0.2; each has the other as `peer` and a static neighbour entry (fixed MACs). The memif
-//! control socket is an abstract socket (`@droce-<uid>-<link>`): nothing on disk, gone with its
-//! process, so stale state is harmless and start order does not matter (a client waits up to
-//! [`CLIENT_CONNECT_TIMEOUT`] for its server to listen). A third process on the same link gets
-//! `HostError::Config` naming both holders' pids; a client whose server exits does not reconnect.
+//! Up to [`MESH_MAX`] processes on one machine, no configuration: a memif mesh, one link per
+//! pair of processes. Each takes the lowest free slot, the flock on
+//! `/tmp/droce-<uid>/<link>.<slot>.lock` (held until the process exits; `<pid>`, then
+//! `<pid> ready`), and gets [`mesh_ip`] (10.77.0.1 for slot 0, 10.77.0.2 for slot 1, ...) and
+//! [`mesh_mac`]; every other slot is a static neighbour. Port `net_memif<j>` links to slot j:
+//! the lower slot of a pair serves on its own abstract socket `@/droce-<uid>-<link>-<slot>`
+//! (memif `id` = the client's slot), the higher is the client. All ports exist from EAL start
+//! and are never removed (DPDK 22.11's memif frees a listener's interrupt handle without
+//! unregistering it when its last server port closes): server ports start at open, then the
+//! slot is marked ready; a client port starts once its server's slot is ready. [`Host::open`]
+//! waits (at most [`MESH_OPEN_WAIT`]) only for lower slots that are alive; slots that appear
+//! later are connected from the progress calls. A link that goes down means its process has
+//! gone ([`Host::lost_peers_since`]); the server side keeps its port for the slot's next
+//! process, the client side starts its port again when a new process in that slot is ready.
+//! A loopback destination means slot 1 for slot 0, slot 0 for the others (`peer`).
 //!
 //! # Exit
 //! [`global`] marks the shared object it is in RTLD_NODELETE (libfabric dlclose()s providers
@@ -70,7 +79,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a zero-config (memif) client keeps retrying to reach its server at `Host::open`.
+/// How long a configured memif client keeps retrying to reach its server at `Host::open`.
 pub const CLIENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Mbufs in the host's pool unless the conf says `mbufs = N` (≈ 20 MB at 2 KiB each).
@@ -79,11 +88,9 @@ pub const DEFAULT_MBUFS: u32 = 8191;
 /// [`Host::progress_datapath`] polls the CM agent once in this many calls.
 pub const CM_POLL_EVERY: u32 = 32;
 
-/// Addresses of the zero-config link: server, client.
+/// Addresses of the zero-config pair (slots 0 and 1 of the mesh).
 pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 pub const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
-const DEFAULT_SERVER_MAC: [u8; 6] = [0x02, 0x64, 0x72, 0x63, 0x00, 0x01];
-const DEFAULT_CLIENT_MAC: [u8; 6] = [0x02, 0x64, 0x72, 0x63, 0x00, 0x02];
 
 /// Environment variables carrying the rank, in the order they are consulted.
 pub const RANK_VARS: [&str; 4] = ["DROCE_RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"];
@@ -129,18 +136,6 @@ pub struct HostConfig {
     pub source: String,
     /// Set for the zero-config default: this process's end of the memif pair.
     pub link: Option<DefaultLink>,
-}
-
-/// This process's end of the zero-config memif pair.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DefaultLink {
-    /// `DROCE_LINK` or "default".
-    pub name: String,
-    pub server: bool,
-    /// The server's lock file: it holds `<pid>` once taken, `<pid> ready` once its port is
-    /// started (a memif client connecting to a server whose port is not started yet never
-    /// gets its link up in DPDK 22.11, so the client waits for this).
-    pub server_lock: PathBuf,
 }
 
 /// Why the host could not be brought up. `Display` is one line saying what to fix.
@@ -445,54 +440,64 @@ pub fn rank_from_env() -> Result<Option<u32>, HostError> {
 
 // ------------------------------------------------------------------------------ zero-config
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Server,
-    Client,
+/// Most processes on one zero-config link (slots 0 .. MESH_MAX-1): each has a memif port per
+/// other slot, and DPDK 22.11's Debian build allows 32 ports per process.
+pub const MESH_MAX: u32 = 16;
+
+/// How long [`Host::open`] waits for a lower slot that is alive to start its ports, and then
+/// for the links to the lower slots to come up (bounded: a process alone, or one whose peers
+/// are stuck, opens all the same and connects to them when they come).
+pub const MESH_OPEN_WAIT: Duration = Duration::from_secs(10);
+
+/// A zero-config client port whose link did not come up this long after its start (the server
+/// refused it: it raced the server's port start) connects again.
+const MESH_CLIENT_RETRY: Duration = Duration::from_secs(5);
+
+/// How often the lock directory is looked at for new ready slots.
+const MESH_SCAN_EVERY: Duration = Duration::from_millis(100);
+
+/// The address of zero-config slot `slot`: 10.77.<slot/250>.<slot%250+1>.
+pub fn mesh_ip(slot: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 77, (slot / 250) as u8, (slot % 250 + 1) as u8)
 }
 
-/// The server's lock file, held for the life of the process (`<pid> ready` is written into it).
-static SERVER_LOCK: Mutex<Option<std::fs::File>> = Mutex::new(None);
+/// The MAC of zero-config slot `slot`: 02:64:72:63:<slot+1, 16 bits>.
+pub fn mesh_mac(slot: u32) -> [u8; 6] {
+    let n = slot + 1;
+    [0x02, 0x64, 0x72, 0x63, (n >> 8) as u8, n as u8]
+}
 
-/// Marks this default-link server's port as started (see [`DefaultLink::server_lock`]).
-fn mark_server_ready() {
+/// The slot's lock file, held for the life of the process (`<pid>`, then `<pid> ready`).
+static SLOT_LOCK: Mutex<Option<std::fs::File>> = Mutex::new(None);
+
+/// Marks this process's slot ready: its server ports are started, higher slots may connect (a memif client that connects to a server port not started yet is refused for good
+/// in DPDK 22.11, so clients wait for this mark).
+fn mark_slot_ready() {
     use std::io::{Seek, Write};
-    if let Some(f) = SERVER_LOCK.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+    if let Some(f) = SLOT_LOCK.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
         let _ = f.set_len(0).and_then(|_| f.rewind()).and_then(|_| writeln!(f, "{} ready", std::process::id()));
     }
 }
 
-/// Whether the default-link server named in `lock` has started its port and is alive.
-fn server_ready(lock: &std::path::Path) -> bool {
-    let Ok(t) = std::fs::read_to_string(lock) else { return false };
+/// What a slot's lock file says: the pid of its holder (when that process is alive) and
+/// whether it marked itself ready. A file left by a process that has gone reads as free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    Alive { pid: u32, ready: bool },
+}
+
+fn slot_state(path: &std::path::Path) -> SlotState {
+    let Ok(t) = std::fs::read_to_string(path) else { return SlotState::Free };
     let mut w = t.split_whitespace();
-    match (w.next().and_then(|p| p.parse::<u32>().ok()), w.next()) {
-        (Some(pid), Some("ready")) => std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        _ => false,
+    match w.next().and_then(|p| p.parse::<u32>().ok()) {
+        Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => SlotState::Alive { pid, ready: w.next() == Some("ready") },
+        _ => SlotState::Free,
     }
 }
 
-/// The pid named in the default-link server's lock file when that process no longer exists:
-/// the server exited (or was killed) and its client must not wait for it.
-fn server_gone(lock: &std::path::Path) -> Option<u32> {
-    let t = std::fs::read_to_string(lock).ok()?;
-    let pid = t.split_whitespace().next()?.parse::<u32>().ok()?;
-    (!std::path::Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
-}
-
-/// The error of a zero-config client whose server (pid `pid`) has gone before the client's
-/// port came up. The server's lock file tells whether it had started its port: a client that
-/// took its role while the server ran and opens its port only later (fi_getinfo first,
-/// fi_domain after the other process ended, as fabtests' server does on a failed test) gets
-/// this at once instead of a memif connect failure after 30 s.
-fn server_gone_error(pname: &str, pid: u32, l: &DefaultLink, source: &str, when: &str) -> HostError {
-    let ready = std::fs::read_to_string(&l.server_lock).is_ok_and(|t| t.split_whitespace().nth(1) == Some("ready"));
-    let what = if ready { "started its port and has exited since" } else { "exited before its port was ready" };
-    HostError::Port(format!(
-        "{pname}: the zero-config server of link '{}' (pid {pid}, {}) {what}, {when}: a zero-config client connects only to the server that was running when it took its role; start the pair again ({source})",
-        l.name,
-        l.server_lock.display(),
-    ))
+fn slot_lock_path(dir: &std::path::Path, link: &str, slot: u32) -> PathBuf {
+    dir.join(format!("{link}.{slot}.lock"))
 }
 
 thread_local! {
@@ -500,25 +505,74 @@ thread_local! {
     static PEEK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// The role this process would get on `link` now, without keeping a lock.
-fn probe_role(link: &str) -> Result<Role, HostError> {
+/// The slot this process would get on `link` now, without keeping a lock.
+fn probe_slot(link: &str) -> Result<u32, HostError> {
     let dir = lock_dir()?;
-    for (name, role) in [("server", Role::Server), ("client", Role::Client)] {
-        let path = dir.join(format!("{link}.{name}.lock"));
+    for slot in 0..MESH_MAX {
+        let path = slot_lock_path(&dir, link, slot);
         match sys::probe_lock(&path) {
-            Ok(true) => return Ok(role),
+            Ok(true) => return Ok(slot),
             Ok(false) => {}
             Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
         }
     }
-    Err(both_taken(link, &dir.join(format!("{link}.server.lock")), &dir.join(format!("{link}.client.lock"))))
+    Err(all_taken(link))
 }
 
-/// The role this process took on its zero-config link (decided once; the lock stays held).
-static DEFAULT_ROLE: OnceLock<Result<(Role, String), HostError>> = OnceLock::new();
+/// Takes the lowest free slot on `link` (the lock stays held for the life of the process).
+fn take_slot(link: &str) -> Result<u32, HostError> {
+    let dir = lock_dir()?;
+    for slot in 0..MESH_MAX {
+        let path = slot_lock_path(&dir, link, slot);
+        match sys::try_lock(&path) {
+            Ok(Some(f)) => {
+                *SLOT_LOCK.lock().unwrap_or_else(PoisonError::into_inner) = Some(f);
+                return Ok(slot);
+            }
+            Ok(None) => {}
+            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
+        }
+    }
+    Err(all_taken(link))
+}
+
+/// The error of a process beyond [`MESH_MAX`] on one zero-config link.
+fn all_taken(link: &str) -> HostError {
+    cfg_err(format!(
+        "zero-config default link '{link}' already has {MESH_MAX} processes, the most one zero-config link serves: use DROCE_LINK=<other name> for a separate group, or DROCE_CONF for more processes (see docs/host.md)"
+    ))
+}
+
+/// The slot this process took on its zero-config link (decided once; the lock stays held).
+static DEFAULT_SLOT: OnceLock<Result<(u32, String), HostError>> = OnceLock::new();
 
 fn mac_str(m: [u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// This process's end of the zero-config memif mesh.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultLink {
+    /// `DROCE_LINK` or "default".
+    pub name: String,
+    /// This process's slot (its address is [`mesh_ip`] of it).
+    pub slot: u32,
+    /// `/tmp/droce-<uid>`: the slots' lock files `<name>.<slot>.lock`.
+    pub lock_dir: PathBuf,
+}
+
+impl DefaultLink {
+    fn lock(&self, slot: u32) -> PathBuf {
+        slot_lock_path(&self.lock_dir, &self.name, slot)
+    }
+}
+
+/// The memif vdev of slot `me` towards slot `peer`: port `net_memif<peer>`; the lower slot of
+/// the two serves on its own socket `@/droce-<uid>-<link>-<slot>` with the client's slot as the
+/// interface id, the higher one is the client.
+fn mesh_vdev(uid: u32, link: &str, me: u32, peer: u32) -> String {
+    let (role, server_slot, id) = if me < peer { ("server", me, peer) } else { ("client", peer, me) };
+    format!("net_memif{peer},role={role},id={id},socket=/droce-{uid}-{link}-{server_slot},socket-abstract=yes,bsize=8192,mac={}", mac_str(mesh_mac(me)))
 }
 
 fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
@@ -526,26 +580,25 @@ fn default_link(rank: Option<u32>) -> Result<HostConfig, HostError> {
     if link.len() > 40 || !link.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(cfg_err(format!("DROCE_LINK='{link}': use at most 40 letters, digits, '-', '_' or '.'")));
     }
-    let (role, link) = match DEFAULT_ROLE.get() {
+    let (slot, link) = match DEFAULT_SLOT.get() {
         Some(r) => r.clone()?,
-        None if PEEK.with(|p| p.get()) => (probe_role(&link)?, link),
-        None => DEFAULT_ROLE.get_or_init(|| take_role(&link).map(|r| (r, link.clone()))).clone()?,
+        None if PEEK.with(|p| p.get()) => (probe_slot(&link)?, link),
+        None => DEFAULT_SLOT.get_or_init(|| take_slot(&link).map(|s| (s, link.clone()))).clone()?,
     };
     let uid = sys::uid();
-    let (ip, peer, mac, peer_mac, r) = match role {
-        Role::Server => (DEFAULT_SERVER_IP, DEFAULT_CLIENT_IP, DEFAULT_SERVER_MAC, DEFAULT_CLIENT_MAC, "server"),
-        Role::Client => (DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, DEFAULT_CLIENT_MAC, DEFAULT_SERVER_MAC, "client"),
-    };
-    // abstract socket: nothing on disk, released when its process ends; 8 KiB buffers carry
+    let ip = mesh_ip(slot);
+    // what a loopback destination means: the pair's other end (slot 0 <-> 1), slot 0 for the rest
+    let peer = if slot == 0 { mesh_ip(1) } else { mesh_ip(0) };
+    // abstract sockets: nothing on disk, released when their process ends; 8 KiB buffers carry
     // every frame of path MTU 4096 in one buffer (MEMIF_JUMBO_BSIZE)
-    let text = format!(
-        "vdev = net_memif0,role={r},id=0,socket=/droce-{uid}-{link},socket-abstract=yes,bsize=8192,mac={}\nip = {ip}\npeer = {peer}\nneighbour = {peer} {}\n",
-        mac_str(mac),
-        mac_str(peer_mac)
-    );
+    let mut text = String::new();
+    for j in (0..MESH_MAX).filter(|&j| j != slot) {
+        text.push_str(&format!("vdev = {}\nneighbour = {} {}\n", mesh_vdev(uid, &link, slot, j), mesh_ip(j), mac_str(mesh_mac(j))));
+    }
+    text.push_str(&format!("ip = {ip}\npeer = {peer}\n"));
     let mut c = HostConfig::parse(&text, rank)?;
-    c.source = format!("embedded default (memif {r} {ip} <-> {peer}, link '{link}')");
-    c.link = Some(DefaultLink { server: role == Role::Server, server_lock: lock_dir()?.join(format!("{link}.server.lock")), name: link });
+    c.source = format!("embedded default (memif mesh slot {slot}: {ip}, link '{link}', up to {MESH_MAX} processes)");
+    c.link = Some(DefaultLink { name: link, slot, lock_dir: lock_dir()? });
     Ok(c)
 }
 
@@ -560,39 +613,33 @@ fn lock_dir() -> Result<PathBuf, HostError> {
     Ok(dir)
 }
 
-fn take_role(link: &str) -> Result<Role, HostError> {
-    let dir = lock_dir()?;
-    let server = dir.join(format!("{link}.server.lock"));
-    let client = dir.join(format!("{link}.client.lock"));
-    for (path, role) in [(&server, Role::Server), (&client, Role::Client)] {
-        match sys::try_lock(path) {
-            Ok(Some(f)) => {
-                if role == Role::Server {
-                    *SERVER_LOCK.lock().unwrap_or_else(PoisonError::into_inner) = Some(f);
-                } else {
-                    // the lock lives as long as the open file description: keep it
-                    std::mem::forget(f);
-                }
-                return Ok(role);
-            }
-            Ok(None) => {}
-            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
-        }
-    }
-    Err(both_taken(link, &server, &client))
+/// The link to one other slot of the mesh.
+#[derive(Debug)]
+struct MeshPeer {
+    slot: u32,
+    ip: IpAddr,
+    port: Port,
+    /// Index in the device's [`MeshWire`].
+    idx: usize,
+    /// This process serves the link (the peer's slot is higher): the port stays started and
+    /// takes whichever process holds the peer's slot next.
+    server: bool,
+    /// Client: the server process it connected to (started) or last had (stopped).
+    server_pid: Option<u32>,
+    /// Client: the port is started (connecting or connected), since when.
+    started: Option<Instant>,
+    up: bool,
 }
 
-/// The error of a third process on a zero-config link.
-fn both_taken(link: &str, server: &std::path::Path, client: &std::path::Path) -> HostError {
-    // the files hold "<pid>" or "<pid> ready"
-    let holder = |p: &std::path::Path| {
-        std::fs::read_to_string(p).ok().and_then(|s| s.split_whitespace().next().map(String::from)).unwrap_or_else(|| "?".into())
-    };
-    cfg_err(format!(
-        "zero-config default link '{link}' already has its two processes (server pid {}, client pid {}): a third process needs DROCE_LINK=<other name> for a new pair, or DROCE_CONF (see docs/host.md)",
-        holder(server),
-        holder(client)
-    ))
+/// The zero-config mesh of this process: its slot and one link per other slot.
+#[derive(Debug)]
+struct Mesh {
+    link: DefaultLink,
+    peers: Vec<MeshPeer>,
+    next_scan: Instant,
+    next_watch: Instant,
+    /// Progress calls since the clock was last read.
+    calls: u32,
 }
 
 // ------------------------------------------------------------------------------ Host
@@ -628,6 +675,10 @@ pub struct Host {
     /// Set on a point-to-point memif link (the zero-config pair, or a conf with `peer`): its
     /// link going down means the peer process has gone (see [`Host::peer_lost`]).
     link_watch: Option<LinkWatch>,
+    /// The zero-config mesh (one memif link per other process on the link).
+    mesh: Option<Mesh>,
+    /// Peers found gone, in order (see [`Host::lost_peers_since`]).
+    lost: Vec<IpAddr>,
     cm: CmAgent,
     /// `progress_datapath` calls since the CM agent was last polled.
     cm_skipped: u32,
@@ -738,66 +789,55 @@ impl Host {
             }
         }
         let configured = port.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{pname}: configure: {e}")))?;
-        let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
-        let t0 = Instant::now();
-        if let Some(l) = cfg.link.as_ref().filter(|l| !l.server) {
-            while !server_ready(&l.server_lock) {
-                if let Some(pid) = server_gone(&l.server_lock) {
-                    return Err(server_gone_error(&pname, pid, l, &cfg.source, "before this client opened its port"));
+        // the zero-config mesh: every other slot's port configured like this one; the server
+        // ports started (then this slot is marked ready), the client ports started once their
+        // server is ready (Host::watch_mesh)
+        let mut mesh = None;
+        let mut mesh_ports = Vec::new();
+        if let Some(l) = cfg.link.clone() {
+            let mut peers = Vec::new();
+            for j in (0..MESH_MAX).filter(|&j| j != l.slot) {
+                let name = format!("net_memif{j}");
+                let pid = crate::port_by_name(&name).ok_or_else(|| HostError::Port(format!("no port named '{name}' ({})", cfg.source)))?;
+                let mut p = if pid == id { port.clone() } else { Port::new(pid).map_err(|e| HostError::Port(format!("{name}: {e}")))? };
+                if pid != id {
+                    p.configure(&pc, &pool).map_err(|e| HostError::Port(format!("{name}: configure: {e}")))?;
                 }
-                if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
-                    return Err(HostError::Port(format!(
-                        "{pname}: the zero-config server ({}) did not start its port within {CLIENT_CONNECT_TIMEOUT:?} ({})",
-                        l.server_lock.display(),
-                        cfg.source
-                    )));
+                let server = l.slot < j;
+                if server {
+                    p.start().map_err(|e| HostError::Port(format!("{name}: start: {e}")))?;
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                peers.push(MeshPeer { slot: j, ip: IpAddr::V4(mesh_ip(j)), port: p.clone(), idx: peers.len(), server, server_pid: None, started: None, up: false });
+                mesh_ports.push((p, mesh_mac(j)));
             }
-        }
-        if let Some(sock) = &client_sock {
-            // a memif client's start fails while its server is not listening, and in DPDK 22.11 a
-            // port whose start failed does not come up on a later start: wait for the listener
-            while !sock.listening() {
-                if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
-                    return Err(HostError::Port(format!(
-                        "{pname}: no memif server listening on {} within {CLIENT_CONNECT_TIMEOUT:?} ({})",
-                        sock.describe(),
-                        cfg.source
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        port.start().map_err(|e| {
-            let hint = if client_sock.is_some() { " (is the memif server running?)" } else { "" };
-            HostError::Port(format!("{pname}: start: {e}{hint}"))
-        })?;
-        if cfg.link.as_ref().map(|l| l.server).unwrap_or(false) {
-            mark_server_ready();
-        }
-        if client_sock.is_some() {
-            // the handshake follows the connect: let the first sends find the link up.
-            match cfg.link.as_ref() {
-                // A zero-config server marked itself ready after starting its port, so it never
-                // drops this connection: no reconnecting (each one risks the server, see
-                // Port::wait_link_up); a server that exits meanwhile ends the wait (checked
-                // every second).
-                Some(l) => {
-                    while t0.elapsed() < CLIENT_CONNECT_TIMEOUT {
-                        let left = CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()).min(Duration::from_secs(1));
-                        if port.wait_link_up_no_reconnect(left).unwrap_or(false) {
-                            break;
-                        }
-                        if let Some(pid) = server_gone(&l.server_lock) {
-                            return Err(server_gone_error(&pname, pid, l, &cfg.source, "before the link came up"));
-                        }
+            mark_slot_ready();
+            mesh = Some(Mesh { link: l, peers, next_scan: Instant::now(), next_watch: Instant::now(), calls: 0 });
+        } else {
+            let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
+            let t0 = Instant::now();
+            if let Some(sock) = &client_sock {
+                // a memif client's start fails while its server is not listening, and in DPDK
+                // 22.11 a port whose start failed does not come up on a later start: wait for
+                // the listener
+                while !sock.listening() {
+                    if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
+                        return Err(HostError::Port(format!(
+                            "{pname}: no memif server listening on {} within {CLIENT_CONNECT_TIMEOUT:?} ({})",
+                            sock.describe(),
+                            cfg.source
+                        )));
                     }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                // a configured memif client reconnects with Port's back-off
-                None => {
-                    let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
-                }
+            }
+            port.start().map_err(|e| {
+                let hint = if client_sock.is_some() { " (is the memif server running?)" } else { "" };
+                HostError::Port(format!("{pname}: start: {e}{hint}"))
+            })?;
+            if client_sock.is_some() {
+                // the handshake follows the connect: let the first sends find the link up; a
+                // configured memif client reconnects with Port's back-off
+                let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
             }
         }
         let mut rc = RoceConfig::new(id, QueueId(0));
@@ -817,9 +857,18 @@ impl Host {
         let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| HostError::Device(format!("RoCE device on {pname}: {e}")))?;
         let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
             .map_err(|e| HostError::Device(format!("CM agent: {e}")))?;
-        let link_watch = (memif && cfg.peer.is_some())
+        if !mesh_ports.is_empty() {
+            let mut w = crate::roce::mesh::MeshWire::new();
+            for (p, mac) in mesh_ports {
+                w.add_port(p, mac);
+            }
+            dev.attach_mesh(w);
+        }
+        let link_watch = (memif && cfg.peer.is_some() && mesh.is_none())
             .then(|| LinkWatch { port: port.clone(), was_up: port.link().map(|l| l.up).unwrap_or(false), next: Instant::now(), lost: false, calls: 0 });
-        Ok(Host { link_watch, cm, cm_skipped: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal })
+        let mut host = Host { link_watch, mesh, lost: Vec::new(), cm, cm_skipped: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal };
+        host.open_mesh();
+        Ok(host)
     }
 
     pub fn dev(&mut self) -> &mut RoceDevice {
@@ -835,15 +884,144 @@ impl Host {
         (&mut self.cm, &mut self.dev)
     }
 
-    /// Whether the peer of a point-to-point memif link (the zero-config pair, or a conf with
-    /// `peer` on a memif port) has gone: the link was up and went down. A memif link goes down
-    /// only when the other side closes its control socket (exit, kill, port stop) and droce's
-    /// pair does not reconnect, so this is final. Frontends fail their connections to the peer
-    /// at once instead of waiting for retries that only come when something is outstanding
-    /// (a ping-pong side waiting for the reply of a dead peer waited forever, as over UCX tcp).
-    /// Looked at every [`LINK_WATCH_EVERY`] by the progress calls.
+    /// Whether some peer behind a point-to-point memif link (a zero-config mesh link, or a conf
+    /// with `peer` on a memif port) has gone: its link was up and went down. A memif link goes
+    /// down only when the other side closes its control socket (exit, kill, port stop), so the
+    /// process is gone. Frontends use [`Host::lost_peers_since`] to fail only the connections
+    /// to the peers that went, at once, instead of waiting for retries that only come when
+    /// something is outstanding (a ping-pong side waiting for the reply of a dead peer waited
+    /// forever, as over UCX tcp). Looked at every [`LINK_WATCH_EVERY`] by the progress calls.
     pub fn peer_lost(&self) -> bool {
-        self.link_watch.as_ref().is_some_and(|w| w.lost)
+        !self.lost.is_empty()
+    }
+
+    /// The peers found gone since the caller last asked (`*seen` keeps its place; start at
+    /// 0): on the zero-config mesh the process behind each memif link that went down (one link
+    /// per peer, so only that peer's connections are affected), on a configured
+    /// point-to-point memif link its `peer`. A zero-config slot taken again by a new process
+    /// later has the same address: its new connections are unaffected by the old loss.
+    pub fn lost_peers_since(&self, seen: &mut usize) -> &[IpAddr] {
+        let from = (*seen).min(self.lost.len());
+        *seen = self.lost.len();
+        &self.lost[from..]
+    }
+
+    /// The zero-config peers whose memif link is up now (empty elsewhere).
+    pub fn mesh_peers_up(&self) -> Vec<IpAddr> {
+        self.mesh.as_ref().map(|m| m.peers.iter().filter(|p| p.up).map(|p| p.ip).collect()).unwrap_or_default()
+    }
+
+    /// This process's zero-config slot, if on the zero-config mesh.
+    pub fn mesh_slot(&self) -> Option<u32> {
+        self.mesh.as_ref().map(|m| m.link.slot)
+    }
+
+    /// At open: waits (bounded by [`MESH_OPEN_WAIT`]) for the lower slots that are alive to
+    /// mark themselves ready, connects to them and waits for those links to come up, so that
+    /// the first sends to processes already running find their links. Higher slots connect
+    /// to this process themselves; slots that appear later are connected by the progress calls.
+    fn open_mesh(&mut self) {
+        let Some(m) = self.mesh.as_ref() else { return };
+        let lower: Vec<u32> = m.peers.iter().filter(|p| !p.server).map(|p| p.slot).collect();
+        let t0 = Instant::now();
+        while t0.elapsed() < MESH_OPEN_WAIT {
+            let Some(m) = self.mesh.as_ref() else { return };
+            let waiting = lower.iter().any(|&j| {
+                let p = m.peers.iter().find(|p| p.slot == j);
+                match slot_state(&m.link.lock(j)) {
+                    SlotState::Free => false,
+                    // alive: not ready yet, or the link to it is not up yet
+                    SlotState::Alive { ready, .. } => !ready || p.is_some_and(|p| !p.up),
+                }
+            });
+            if !waiting {
+                break;
+            }
+            if let Some(m) = self.mesh.as_mut() {
+                m.next_scan = Instant::now();
+            }
+            self.watch_mesh(true);
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.watch_mesh(true);
+    }
+
+    /// Looks at every mesh link (every [`LINK_WATCH_EVERY`]) and the lock directory (every
+    /// [`MESH_SCAN_EVERY`]): links that came up are used, links that went down are reported
+    /// lost (their peer process has gone), client ports are started towards slots that became
+    /// ready (a new process in a slot) and stopped when their server went. Port start and stop
+    /// run under the interrupt-thread gate (`Port`); no port is ever created or removed here.
+    fn watch_mesh(&mut self, scan_now: bool) {
+        let Some(m) = self.mesh.as_mut() else { return };
+        let now = Instant::now();
+        let scan = scan_now || now >= m.next_scan;
+        if scan {
+            m.next_scan = now + MESH_SCAN_EVERY;
+        }
+        for p in m.peers.iter_mut() {
+            let up = (p.server || p.started.is_some()) && p.port.link_quiet().map(|l| l.up).unwrap_or(false);
+            if up && !p.up {
+                p.up = true;
+                if let Some(w) = self.dev.mesh_mut() {
+                    w.set_up(p.idx, true);
+                }
+            } else if !up && p.up {
+                p.up = false;
+                if let Some(w) = self.dev.mesh_mut() {
+                    w.set_up(p.idx, false);
+                }
+                self.lost.push(p.ip);
+                eprintln!("droce: the memif link to {} (zero-config slot {}) went down: that process has gone", p.ip, p.slot);
+                if !p.server {
+                    // a client does not reconnect to the same server process; a new process in
+                    // that slot is connected when it marks itself ready
+                    let _ = p.port.stop();
+                    p.started = None;
+                }
+            }
+            if p.server || !scan {
+                continue;
+            }
+            let st = slot_state(&m.link.lock(p.slot));
+            match (p.started, st) {
+                (None, SlotState::Alive { pid, ready: true }) if p.server_pid != Some(pid) && p.port.start().is_ok() => {
+                    p.server_pid = Some(pid);
+                    p.started = Some(now);
+                }
+                (Some(since), _) if !p.up => {
+                    let gone = match st {
+                        SlotState::Alive { pid, .. } => Some(pid) != p.server_pid,
+                        SlotState::Free => true,
+                    };
+                    if gone || now.duration_since(since) >= MESH_CLIENT_RETRY {
+                        // its server went before the link came up, or refused the connection:
+                        // start again when (a process in) that slot is ready
+                        let _ = p.port.stop();
+                        p.started = None;
+                        if !gone {
+                            p.server_pid = None;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// [`Host::watch_mesh`] at most every [`LINK_WATCH_EVERY`] (the clock read once in 64 calls).
+    #[inline]
+    fn tick_mesh(&mut self) {
+        let Some(m) = self.mesh.as_mut() else { return };
+        m.calls = m.calls.wrapping_add(1);
+        if m.calls % 64 != 0 {
+            return;
+        }
+        let now = Instant::now();
+        if now < m.next_watch {
+            return;
+        }
+        m.next_watch = now + LINK_WATCH_EVERY;
+        self.watch_mesh(false);
     }
 
     fn watch_link(&mut self) {
@@ -860,6 +1038,9 @@ impl Host {
         let up = w.port.link().map(|l| l.up).unwrap_or(false);
         if w.was_up && !up {
             w.lost = true;
+            if let Some(p) = self.cfg.peer {
+                self.lost.push(p);
+            }
             eprintln!("droce: the memif link to the peer ({}) went down: the peer process has gone", self.cfg.peer.map(|p| p.to_string()).unwrap_or_default());
         }
         w.was_up |= up;
@@ -869,6 +1050,7 @@ impl Host {
     /// happened.
     pub fn progress(&mut self) -> bool {
         self.watch_link();
+        self.tick_mesh();
         let w = self.dev.poll();
         let c = self.cm.poll(&mut self.dev);
         !w.is_idle() || c
@@ -881,6 +1063,7 @@ impl Host {
     /// happened.
     pub fn progress_datapath(&mut self) -> bool {
         self.watch_link();
+        self.tick_mesh();
         let w = self.dev.poll();
         self.cm_skipped += 1;
         let c = if self.cm_skipped >= CM_POLL_EVERY {
@@ -1453,18 +1636,36 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_server_is_noticed() {
-        let dir = std::env::temp_dir().join(format!("droce-server-gone-{}", std::process::id()));
+    fn slot_lock_states() {
+        let dir = std::env::temp_dir().join(format!("droce-slot-state-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let lock = dir.join("default.server.lock");
+        let lock = dir.join("default.3.lock");
+        assert_eq!(slot_state(&lock), SlotState::Free, "no file");
         std::fs::write(&lock, format!("{}\n", std::process::id())).unwrap();
-        assert_eq!(server_gone(&lock), None, "a live server (this process)");
+        assert_eq!(slot_state(&lock), SlotState::Alive { pid: std::process::id(), ready: false });
+        std::fs::write(&lock, format!("{} ready\n", std::process::id())).unwrap();
+        assert_eq!(slot_state(&lock), SlotState::Alive { pid: std::process::id(), ready: true });
         // pid_max is at most 2^22 on Linux: this pid cannot exist
         std::fs::write(&lock, "4194305 ready\n").unwrap();
-        assert_eq!(server_gone(&lock), Some(4194305));
+        assert_eq!(slot_state(&lock), SlotState::Free, "left by a process that has gone");
         std::fs::write(&lock, "").unwrap();
-        assert_eq!(server_gone(&lock), None, "no pid written yet: keep waiting");
+        assert_eq!(slot_state(&lock), SlotState::Free);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn mesh_addresses_and_vdevs() {
+        assert_eq!(mesh_ip(0), DEFAULT_SERVER_IP);
+        assert_eq!(mesh_ip(1), DEFAULT_CLIENT_IP);
+        assert_eq!(mesh_ip(15), Ipv4Addr::new(10, 77, 0, 16));
+        assert_eq!(mesh_ip(250), Ipv4Addr::new(10, 77, 1, 1));
+        assert_eq!(mesh_mac(0), [0x02, 0x64, 0x72, 0x63, 0x00, 0x01], "the pair's MACs are unchanged");
+        assert_eq!(mesh_mac(1), [0x02, 0x64, 0x72, 0x63, 0x00, 0x02]);
+        // one link per pair of slots: the lower serves on its own socket, the id is the client's slot
+        assert_eq!(mesh_vdev(7, "x", 1, 3), "net_memif3,role=server,id=3,socket=/droce-7-x-1,socket-abstract=yes,bsize=8192,mac=02:64:72:63:00:02");
+        assert_eq!(mesh_vdev(7, "x", 3, 1), "net_memif1,role=client,id=3,socket=/droce-7-x-1,socket-abstract=yes,bsize=8192,mac=02:64:72:63:00:04");
+        let a = vec!["droce".to_string(), format!("--vdev={}", mesh_vdev(7, "x", 0, 1))];
+        assert!(memif_bsize(&a, "net_memif1") >= MEMIF_JUMBO_BSIZE, "path MTU 4096 on every mesh link");
     }
 
     #[test]

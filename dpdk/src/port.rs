@@ -672,6 +672,20 @@ impl Port {
         Ok(status)
     }
 
+    /// Link state without waiting and without asking the interrupt thread for an early window
+    /// (unlike [`Port::link`]): for a watcher that looks at many ports every millisecond, most
+    /// of them down for long stretches (the zero-config mesh), where kicks would keep the
+    /// interrupt thread running instead of parked.
+    pub fn link_quiet(&self) -> Result<LinkStatus> {
+        let mut l = sys::rte_eth_link::default();
+        // SAFETY: valid out-pointer.
+        let r = unsafe { sys::rte_eth_link_get_nowait(self.id.0, &mut l) };
+        if r != 0 {
+            return Err(Error::from_ret("rte_eth_link_get_nowait", r));
+        }
+        Ok(LinkStatus::from_raw(&l))
+    }
+
     /// Polls the link until it is up or `timeout` passed; true when up.
     ///
     /// A net_memif *client* whose link stays down for [`MEMIF_RECONNECT_AFTER`] is stopped and

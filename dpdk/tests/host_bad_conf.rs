@@ -105,22 +105,25 @@ fn bad_conf_is_one_clear_sticky_error() {
     let e = Host::open(HostConfig::from_env().unwrap()).unwrap_err();
     assert!(matches!(e, HostError::Eal(_)) && !e.to_string().contains('\n'), "{e}");
 
-    // zero-config: peek_env reports the role without taking it; from_env takes it for good
+    // zero-config: peek_env reports the slot without taking it; from_env takes it for good
     std::env::remove_var("DROCE_CONF");
-    std::env::set_var("DROCE_LINK", format!("peek-{}", std::process::id()));
+    let link = format!("peek-{}", std::process::id());
+    std::env::set_var("DROCE_LINK", &link);
     for _ in 0..2 {
         let c = HostConfig::peek_env().unwrap();
-        assert!(c.source.contains("memif server 10.77.0.1") && c.link.as_ref().unwrap().server, "{}", c.source);
+        assert!(c.source.contains("mesh slot 0: 10.77.0.1") && c.link.as_ref().unwrap().slot == 0, "{}", c.source);
     }
     let c = HostConfig::from_env().unwrap();
-    assert!(c.link.as_ref().unwrap().server && c.ip == ip("10.77.0.1") && c.peer == Some(ip("10.77.0.2")));
-    let lock = c.link.unwrap().server_lock;
+    assert!(c.link.as_ref().unwrap().slot == 0 && c.ip == ip("10.77.0.1") && c.peer == Some(ip("10.77.0.2")));
+    let l = c.link.unwrap();
+    let lock = l.lock_dir.join(format!("{link}.0.lock"));
     assert_eq!(std::fs::read_to_string(&lock).unwrap().trim(), std::process::id().to_string());
     // the lock is really held: flock(1) from another process cannot take it
     let st = std::process::Command::new("flock").args(["-n", lock.to_str().unwrap(), "true"]).status();
     if let Ok(st) = st {
-        assert!(!st.success(), "server lock not held");
+        assert!(!st.success(), "slot lock not held");
     }
-    assert!(HostConfig::peek_env().unwrap().link.unwrap().server, "own role once taken");
+    assert_eq!(HostConfig::peek_env().unwrap().link.unwrap().slot, 0, "own slot once taken");
+    let _ = std::fs::remove_file(&lock);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -443,9 +443,9 @@ pub struct Engine {
     pub auto_progress: bool,
     /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
     idle_steps: u32,
-    /// [`Host::peer_lost`] was seen and the connections to the peer failed
-    /// (see [`Engine::fail_connections`]).
-    peer_lost_done: bool,
+    /// How many of the host's lost peers ([`Host::lost_peers_since`]) were seen: the
+    /// connections to each failed (see [`Engine::fail_connections`]).
+    lost_seen: usize,
     /// Reused per post (the transport copies the gather list): no allocation per operation.
     swr: SendWr,
     rwr: RecvWr,
@@ -515,7 +515,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             bounce: None,
             auto_progress: false,
             idle_steps: 0,
-            peer_lost_done: false,
+            lost_seen: 0,
             swr: SendWr::new(0, SendOpcode::Send),
             rwr: RecvWr::new(0),
             wcs: Vec::with_capacity(64),
@@ -1200,7 +1200,7 @@ impl Engine {
                 break;
             }
         }
-        let peer_lost = !self.peer_lost_done && h.peer_lost();
+        let lost: Vec<IpAddr> = h.lost_peers_since(&mut self.lost_seen).to_vec();
         let mut events = Vec::new();
         let mut sidr_events = Vec::new();
         {
@@ -1241,26 +1241,31 @@ impl Engine {
             self.completion(cq, wc, grh_src.get(&wc.wr_id).copied());
         }
         self.wcs = wcs;
-        if peer_lost {
-            self.peer_lost_done = true;
-            self.fail_connections();
+        if !lost.is_empty() {
+            self.fail_connections(&lost);
             work = true;
         }
         self.idle_steps = if work { 0 } else { self.idle_steps.saturating_add(1) };
         work
     }
 
-    /// The peer of the host's point-to-point memif link has gone ([`Host::peer_lost`]): every
-    /// connection fails now, as the tcp provider's do when their socket closes, instead of
-    /// after the transport's retries (17 s), which only run while something is outstanding.
+    /// Peers the host found gone ([`Host::lost_peers_since`]: the process behind a memif link
+    /// that went down, one link per peer on the zero-config mesh): every connection to one of
+    /// `lost` fails now, as the tcp provider's do when their socket closes, instead of after
+    /// the transport's retries (17 s), which only run while something is outstanding.
+    /// Connections to other peers are untouched (an endpoint whose peer address is unknown
+    /// fails with any loss).
     /// The QP goes to the error state, so posted receives and sends complete with flush
     /// errors through the usual path (FI_ECANCELED in the CQ error entry); a connected
     /// endpoint gets FI_SHUTDOWN on its EQ, one still connecting an FI_ECONNRESET error.
-    fn fail_connections(&mut self) {
+    fn fail_connections(&mut self, lost: &[IpAddr]) {
         let mut h = self.host();
         let mut failed = Vec::new();
         for (&id, ep) in self.eps.iter_mut() {
             if !matches!(ep.state, ConnState::Connected | ConnState::Connecting | ConnState::Accepting) {
+                continue;
+            }
+            if ep.peer.is_some_and(|p| !lost.iter().any(|l| addr::same_ip(*l, p.sa.ip()))) {
                 continue;
             }
             if let Some(qp) = ep.qp {

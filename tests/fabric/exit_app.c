@@ -4,9 +4,13 @@
  * Run with DROCE_EAL="-d <slow_fini.so>" (tests/fabric/slow_fini.c): EAL loads that plugin
  * like a PMD, so its destructor runs after libfabric's and keeps the process alive 50 ms with the
  * threads ticking. Exit status 0 and "exit_app: closed" unless something failed or crashed.
+ * EXIT_APP_HOLD_MS=<ms>: hold the domain open that long first ("exit_app: opened" on stdout),
+ * a process on the zero-config mesh that only holds its links (tests/fabric.rs kills it).
  * Build: cc exit_app.c -lfabric */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
@@ -26,6 +30,12 @@ int main(void)
     if ((r = fi_fabric(info->fabric_attr, &fab, NULL)) || (r = fi_domain(fab, info, &dom, NULL))) {
         fprintf(stderr, "fi_fabric/fi_domain: %s\n", fi_strerror(-r));
         return 2;
+    }
+    const char *hold = getenv("EXIT_APP_HOLD_MS");
+    if (hold) {
+        printf("exit_app: opened\n");
+        fflush(stdout);
+        usleep((useconds_t)atoi(hold) * 1000);
     }
     fi_close(&dom->fid);
     fi_close(&fab->fid);

@@ -195,7 +195,8 @@ pub enum Event {
     /// Store an atomic's fetched value (`width` 4 or 8 bytes) at `result`.
     AtomicResult { result: usize, width: u8, value: u64 },
     /// The endpoint failed (peer unreachable): `uct_iface_handle_ep_err`.
-    /// `peer_gone`: the host saw the peer of its point-to-point link go ([`Host::peer_lost`]).
+    /// `peer_gone`: the host saw this endpoint's peer go (its memif link went down,
+    /// [`Host::lost_peers_since`]).
     EpFailed { ep_c: usize, status: Status, peer_gone: bool },
 }
 
@@ -316,6 +317,9 @@ struct Ep {
     fast_retx: bool,
     /// UD: a fast retransmission was made since the last acknowledgement that made progress.
     fast_done: bool,
+    /// The peer's GID (its device address) once known: a host-reported loss of that address
+    /// fails this endpoint ([`Iface::fail_lost_endpoints`]).
+    peer_gid: Option<[u8; 16]>,
 }
 
 impl Ep {
@@ -325,6 +329,7 @@ impl Ep {
             qp: None,
             psn: 0,
             ud: None,
+            peer_gid: None,
             connected: false,
             failed: None,
             next_seq: 0,
@@ -395,8 +400,9 @@ struct Inner {
     retransmits: u64,
     /// UD: an endpoint has a fast retransmission due.
     ud_fast: bool,
-    /// The host reported the peer of its point-to-point link gone and every endpoint was failed.
-    peer_lost_done: bool,
+    /// How many of the host's lost peers ([`Host::lost_peers_since`]) were seen: the
+    /// endpoints to each failed.
+    lost_seen: usize,
 }
 
 /// One UCT interface.
@@ -470,7 +476,7 @@ impl Iface {
             tick: 0,
             retransmits: 0,
             ud_fast: false,
-            peer_lost_done: false,
+            lost_seen: 0,
         };
         match kind {
             Kind::Rc => {
@@ -613,6 +619,11 @@ impl Iface {
     pub fn ep_create(&self, ep_c: usize, dev_addr: Option<&[u8; DEV_ADDR_LEN]>, iface_addr: Option<&[u8; UD_IFACE_ADDR_LEN]>) -> Result<u32, Status> {
         let mut g = lock(&self.inner);
         let mut ep = Ep::new(ep_c);
+        ep.peer_gid = dev_addr.map(|d| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&d[..16]);
+            a
+        });
         match self.kind {
             Kind::Rc => {
                 let mut h = lock(self.host);
@@ -699,6 +710,9 @@ impl Iface {
         let ep = g.eps.get_mut(id as usize).and_then(Option::as_mut).ok_or(UCS_ERR_INVALID_PARAM)?;
         let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
         let (peer_qpn, peer_psn, peer_mtu) = decode_rc_ep_addr(ep_addr);
+        let mut pg = [0u8; 16];
+        pg.copy_from_slice(&dev_addr[..16]);
+        ep.peer_gid = Some(pg);
         let mtu = mtu.min(peer_mtu);
         let mut h = lock(self.host);
         let av = h.dev().av(Gid(*dev_addr), sgid);
@@ -1172,9 +1186,12 @@ impl Iface {
         }
         // The device every call; the CM agent (unused by UCX) only now and then.
         let busy = h.progress_datapath();
-        if !g.peer_lost_done && h.peer_lost() {
-            g.peer_lost_done = true;
-            self.fail_all_endpoints(&mut g, &mut h, &mut ev);
+        let mut seen = g.lost_seen;
+        let lost = h.lost_peers_since(&mut seen).to_vec();
+        if !lost.is_empty() {
+            g.lost_seen = seen;
+            let gids: Vec<[u8; 16]> = lost.iter().map(|ip| gid_of(*ip)).collect();
+            self.fail_lost_endpoints(&mut g, &mut h, &mut ev, &gids);
         }
         for _ in 0..POLL_BUDGET {
             let wc = match h.dev().device_mut().poll_cq_one(g.cq) {
@@ -1368,15 +1385,21 @@ impl Iface {
 
     /// Send unacknowledged datagrams again where due; fail endpoints that saw no
     /// acknowledgement for UD_FAIL_AFTER.
-    /// The peer of the host's point-to-point memif link has gone ([`Host::peer_lost`]): every
-    /// endpoint fails now with `UCS_ERR_ENDPOINT_TIMEOUT`, as it would after its retries, and
-    /// not only those with an operation outstanding (a side waiting for a reply has none and
-    /// waited forever). RC: the QP goes to the error state, so what is outstanding completes
-    /// with flush errors through the usual path; UD: unacknowledged operations end here.
-    fn fail_all_endpoints(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>) {
+    /// Peers the host found gone ([`Host::lost_peers_since`]: the process behind a memif link
+    /// that went down; one link per peer on the zero-config mesh), by GID: every endpoint to
+    /// one of them fails now with `UCS_ERR_ENDPOINT_TIMEOUT`, as it would after its retries,
+    /// and not only those with an operation outstanding (a side waiting for a reply has none
+    /// and waited forever); endpoints to other peers go on (an endpoint whose peer is not known
+    /// yet fails with any loss). RC: the QP goes to the error state, so what is outstanding
+    /// completes with flush errors through the usual path; UD: unacknowledged operations end
+    /// here.
+    fn fail_lost_endpoints(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>, lost: &[[u8; 16]]) {
         for id in 0..g.eps.len() {
             let Some(e) = g.eps[id].as_mut() else { continue };
             if e.failed.is_some() {
+                continue;
+            }
+            if e.peer_gid.is_some_and(|p| !lost.contains(&p)) {
                 continue;
             }
             e.failed = Some(UCS_ERR_ENDPOINT_TIMEOUT);
@@ -1696,5 +1719,13 @@ mod tests {
         let l = Layout::new(Kind::Rc, &cfg, PathMtu::Mtu1024);
         assert_eq!(l.seg, 8192);
         assert_eq!(l.bytes(), 1024 * 8192 + 256 * 8192);
+    }
+}
+
+/// The GID (device address) of a host address: IPv4-mapped or IPv6.
+fn gid_of(ip: std::net::IpAddr) -> [u8; 16] {
+    match ip {
+        std::net::IpAddr::V4(a) => Gid::from_ipv4(a).0,
+        std::net::IpAddr::V6(a) => Gid::from_ipv6(a).0,
     }
 }

@@ -112,6 +112,7 @@ pub mod cm;
 pub mod fault;
 #[allow(unsafe_code)]
 pub mod memory;
+pub mod mesh;
 pub mod neigh;
 pub mod pcap;
 pub mod thread;
@@ -447,6 +448,8 @@ pub struct RoceDevice {
     /// whether the application polled since its last look.
     polls: u64,
     spare: Option<Mbuf>,
+    /// Several peers' ports instead of `port` for I/O (the host's zero-config mesh).
+    mesh: Option<mesh::MeshWire>,
     // Dropped last: every mbuf above returns to it first.
     pool: Arc<Mempool>,
 }
@@ -550,6 +553,7 @@ impl RoceDevice {
             idle_polls: 0,
             polls: 0,
             spare: None,
+            mesh: None,
             pool,
         })
     }
@@ -720,7 +724,10 @@ impl RoceDevice {
             self.rx_mbuf(now, m);
         }
         let mut n = 0;
-        if let Ok(k) = self.port.rx_burst_max(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst) {
+        if let Some(mw) = &mut self.mesh {
+            n = mw.rx_burst(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst);
+            work.rx += n as u32;
+        } else if let Ok(k) = self.port.rx_burst_max(self.cfg.queue, &mut self.rx_batch, self.cfg.rx_burst) {
             n = k;
             work.rx += k as u32;
         }
@@ -828,7 +835,7 @@ impl RoceDevice {
     pub fn flush_if_unpolled(&mut self, seen: &mut u64) -> bool {
         let idle = self.polls == *seen;
         *seen = self.polls;
-        if idle && (self.dev.tx_ready() || !self.tx_queue.is_empty() || !self.tx_batch.is_empty()) {
+        if idle && (self.dev.tx_ready() || self.tx_pending() > 0) {
             self.flush();
             true
         } else {
@@ -852,7 +859,11 @@ impl RoceDevice {
             self.flush_tx();
             return;
         }
-        let room = (self.cfg.tx_burst as usize * 4).saturating_sub(self.tx_queue.len() + self.tx_batch.len());
+        let room = match &self.mesh {
+            Some(mw) if mw.backlogged() => 0,
+            Some(_) => self.cfg.tx_burst as usize * 4,
+            None => (self.cfg.tx_burst as usize * 4).saturating_sub(self.tx_queue.len() + self.tx_batch.len()),
+        };
         let budget = (self.cfg.tx_burst as usize).min(room);
         let mut sent = 0;
         while sent < budget {
@@ -889,6 +900,15 @@ impl RoceDevice {
     }
 
     fn flush_tx(&mut self) {
+        if let Some(mw) = &mut self.mesh {
+            // every frame to its peer's port (the single-port batch stays unused)
+            if self.tx_queue.is_empty() {
+                mw.flush(self.cfg.queue);
+            } else {
+                mw.transmit(self.cfg.queue, &mut self.tx_queue, &self.pool);
+            }
+            return;
+        }
         if self.tx_queue.is_empty() && self.tx_batch.is_empty() {
             return;
         }
@@ -911,7 +931,18 @@ impl RoceDevice {
 
     /// Frames queued for the PMD, not yet taken by it.
     pub fn tx_pending(&self) -> usize {
-        self.tx_queue.len() + self.tx_batch.len()
+        self.tx_queue.len() + self.tx_batch.len() + self.mesh.as_ref().map_or(0, |m| m.pending())
+    }
+
+    /// Does I/O through the ports of `mesh` from now on instead of the device's own port
+    /// (which still gives the MTU, the offloads and the window; see [`mesh`]).
+    pub fn attach_mesh(&mut self, mesh: mesh::MeshWire) {
+        self.mesh = Some(mesh);
+    }
+
+    /// The attached mesh (its owner marks ports up and down).
+    pub fn mesh_mut(&mut self) -> Option<&mut mesh::MeshWire> {
+        self.mesh.as_mut()
     }
 
     /// Address a transport frame from the neighbour table, or hold it and resolve.

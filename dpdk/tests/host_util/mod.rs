@@ -46,6 +46,7 @@ pub fn child_main() {
         eprintln!("host_pair: {e}");
         std::process::exit(2);
     }
+    println!("open took {} ms", t_open.elapsed().as_millis());
     let after = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!("cpus before {before} after {after}");
     // HOST_TEST_OPEN_ONLY=1: open the host and hold it, no traffic (a peer that goes away)
@@ -63,9 +64,51 @@ pub fn child_main() {
             1
         }
     };
+    // HOST_TEST_THEN_LOST=<ip> with HOST_TEST_THEN_PEERS=<ip,ip>: once the host reports <ip>
+    // gone (at most 30 s on), a second exchange with the given peers (a mesh member exited:
+    // the others go on talking)
+    let code = match (code, std::env::var("HOST_TEST_THEN_LOST"), std::env::var("HOST_TEST_THEN_PEERS")) {
+        (0, Ok(lost), Ok(then)) => second_round(lost.parse().unwrap(), then.split(',').map(|s| s.parse().unwrap()).collect()),
+        (c, ..) => c,
+    };
     let hold = std::env::var("HOST_TEST_HOLD_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     std::thread::sleep(Duration::from_millis(hold));
     std::process::exit(code);
+}
+
+/// Waits (bounded) until the host reports `lost` gone, prints `lost <ip> after N ms` and the
+/// peers whose links are still up, then exchanges with `peers` again on another CM port.
+fn second_round(lost: IpAddr, peers: Vec<IpAddr>) -> i32 {
+    let t0 = std::time::Instant::now();
+    let mut seen = 0usize;
+    let found = loop {
+        {
+            let mut h = droce_dpdk::host::lock_global().unwrap();
+            h.progress();
+            if h.lost_peers_since(&mut seen).contains(&lost) {
+                println!("lost {lost} after {} ms; links up: {:?}", t0.elapsed().as_millis(), h.mesh_peers_up());
+                break true;
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    if !found {
+        eprintln!("host_pair: {lost} was never reported lost");
+        return 1;
+    }
+    match example::run_on(Some(peers), Duration::from_secs(30), false, 7472) {
+        Ok(()) => {
+            println!("second round done");
+            0
+        }
+        Err(e) => {
+            eprintln!("host_pair: second round: {e}");
+            1
+        }
+    }
 }
 
 /// A child process whose stdout lines are collected as they come.
@@ -170,4 +213,18 @@ pub fn check_end(name: &str, (code, out, err): &(Option<i32>, Vec<String>, Strin
     let w: Vec<&str> = cpus.split_whitespace().collect();
     assert_eq!(w[2], w[4], "{name}: the host changed the caller's CPU affinity: {cpus}");
     assert!(!err.contains("memif_") && !err.contains("EAL:"), "{name}: DPDK log lines on stderr: {err}");
+}
+
+/// Removes a zero-config link's slot lock files when the test ends (its processes, our
+/// children, have ended by then; a lock file of a live process would only be re-created).
+pub struct Locks(pub String);
+
+impl Drop for Locks {
+    fn drop(&mut self) {
+        // SAFETY: getuid has no preconditions
+        let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+        for s in 0..droce_dpdk::host::MESH_MAX {
+            let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
+        }
+    }
 }
