@@ -78,6 +78,9 @@ cleanup() {
   local p
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   rm -rf "$WORK"
+  # the zero-config links this run named (st<pid>-...): their lock files, now that every
+  # process of the run has ended
+  rm -f "/tmp/droce-$(id -u)/st$$-"*.lock
 }
 trap cleanup EXIT
 

@@ -61,6 +61,7 @@ fn need_tools() -> bool {
 fn fi_info(p: &Prov, extra: &str) -> (Done, Vec<(String, String)>) {
     let mut cmd = args("fi_info");
     cmd.extend(args(extra));
+    let _locks = LinkLocks::of(&p.env);
     let d = run("fi_info", &cmd, &p.env, DEADLINE);
     let mut pairs = Vec::new();
     let mut prov = None;
@@ -92,6 +93,7 @@ fn assert_lists(p: &Prov, extra: &str, want: &[(&str, &str)]) {
 /// fi_pingpong server + client on `ep`; both must exit 0 and the client must report `sizes`.
 fn pingpong(p: &Prov, ep: &str, extra: &str) -> Result<(Done, Done), String> {
     let _g = serial();
+    let _locks = LinkLocks::of(&p.env);
     let port = free_port();
     // -c checks every payload (not -v: with -c it prints a line per verified byte)
     let common = format!("fi_pingpong -p {} -e {ep} -I {ITERS} -c {extra}", p.name);
@@ -228,6 +230,7 @@ fn provider_survives_libfabric_exit() {
     for i in 0..3 {
         // each run its own zero-config link (droce() names one)
         let mut env = droce().env;
+        let _locks = LinkLocks::of(&env);
         env.extend(harness::env(&[("DROCE_EAL", &format!("-d {}", plugin.display()))]));
         let d = run("exit_app", &[app.display().to_string()], &env, DEADLINE);
         assert!(d.ok() && d.out.contains("exit_app: closed"), "run {i}:\n{}", d.show());
@@ -245,6 +248,7 @@ fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
     let _g = serial();
     for victim in ["server", "client"] {
         let p = droce();
+        let _locks = LinkLocks::of(&p.env);
         let port = free_port();
         let common = format!("fi_pingpong -p droce -e msg -I 100000000 -S 64");
         let mut s = Proc::spawn("fi_pingpong server", &args(&format!("{common} -B {port}")), &p.env, DEADLINE);
@@ -294,7 +298,7 @@ fn fi_pingpong_msg_mesh_a_killed_third_process_fails_no_other_connection() {
     let _g = serial();
     let p = droce();
     let link = p.env.iter().find(|(k, _)| k == "DROCE_LINK").map(|(_, v)| v.clone()).unwrap();
-    let _locks = SlotLocks(link);
+    let _locks = LinkLocks(link);
     let common = "fi_pingpong -p droce -e msg -I 100000000 -S 64";
     let port = free_port();
     // each process takes its slot (at fi_getinfo) before the next one starts
@@ -332,19 +336,6 @@ fn fi_pingpong_msg_mesh_a_killed_third_process_fails_no_other_connection() {
     }
     assert!(a_runs && b_runs, "the pair of slots 0 and 1 must go on:\n{oa}{ob}");
     assert!(!oa.contains("cq_readerr") && !ob.contains("cq_readerr") && !oa.contains("flushed") && !ob.contains("flushed"), "{oa}{ob}");
-}
-
-/// Removes a zero-config link's slot lock files when the test ends.
-struct SlotLocks(String);
-
-impl Drop for SlotLocks {
-    fn drop(&mut self) {
-        // SAFETY: getuid has no preconditions
-        let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-        for s in 0..16 {
-            let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
-        }
-    }
 }
 
 // ---------------------------------------------------------------- harness self-checks

@@ -78,6 +78,8 @@ fn program(mpi: Mpi) -> PathBuf {
 /// Callers hold `serial()` (for the whole test: a RankNet must outlive the job and no other
 /// test may tear it down meanwhile).
 fn job(mpi: Mpi, np: u32, launcher_args: &[String], env: &[(String, String)]) -> Result<Done, String> {
+    // the job's zero-config link (if any) ends with it
+    let _locks = LinkLocks::of(env);
     let prog = program(mpi);
     let mut cmd: Vec<String> = match mpi {
         Mpi::OpenMpi => args(&format!("mpirun.openmpi --allow-run-as-root --oversubscribe -np {np}")),
@@ -161,15 +163,6 @@ fn zero_config_env() -> Vec<(String, String)> {
     env(&[("DROCE_LINK", &unique("mpi-mesh"))])
 }
 
-/// Removes the slot lock files of the zero-config link in `e` (the job has ended).
-fn remove_slot_locks(e: &[(String, String)]) {
-    let Some((_, link)) = e.iter().find(|(k, _)| k == "DROCE_LINK") else { return };
-    // SAFETY: getuid has no preconditions
-    let dir = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-    for s in 0..16 {
-        let _ = std::fs::remove_file(dir.join(format!("{link}.{s}.lock")));
-    }
-}
 
 // ------------------------------------------------------------ libfabric (issue 5)
 
@@ -203,7 +196,6 @@ fn openmpi_cm_ofi_droce_zero_config_np3() {
     let zc = zero_config_env();
     e.extend(zc.iter().cloned());
     let r = job(Mpi::OpenMpi, 3, &ompi_ofi_args(""), &e);
-    remove_slot_locks(&zc);
     let d = ok(r);
     assert_ofi_provider(&d, 3, "droce;ofi_rxm");
 }
@@ -279,7 +271,6 @@ mod ucx {
         e.extend(zc.iter().cloned());
         let _g = serial();
         let r = job(Mpi::Mpich, 3, &[], &e);
-        remove_slot_locks(&zc);
         ok(r);
     }
 
@@ -295,7 +286,6 @@ mod ucx {
         e.extend(zc.iter().cloned());
         let _g = serial();
         let r = job(Mpi::OpenMpi, 3, &ompi_ucx_args(), &e);
-        remove_slot_locks(&zc);
         ok(r);
     }
 

@@ -52,7 +52,9 @@ fn ucx_info_lists_droce_md_and_both_transports() {
         return;
     }
     let _g = serial();
-    let d = run("ucx_info -d", &args("ucx_info -d"), &pair_env(&unique("ucxinfo"), &[]), DEADLINE);
+    let e = pair_env(&unique("ucxinfo"), &[]);
+    let _locks = LinkLocks::of(&e);
+    let d = run("ucx_info -d", &args("ucx_info -d"), &e, DEADLINE);
     assert!(d.ok(), "{}", d.show());
     for want in ["Memory domain: droce", "Component: droce", "Transport: droce_rc", "Transport: droce_ud", "Device: droce0", "connection: to ep", "connection: to iface"] {
         assert!(d.out.contains(want), "ucx_info -d lacks '{want}':\n{}", d.show());
@@ -81,6 +83,7 @@ fn parse_final(out: &str) -> Option<Final> {
 /// Returns the client's figures, or both processes' output on failure.
 fn perftest(server_args: &str, client_args: &str, env: &[(String, String)]) -> Result<Final, String> {
     let _g = serial();
+    let _locks = LinkLocks::of(env);
     let port = free_port();
     let srv_cmd = args(&format!("ucx_perftest -p {port} {server_args}"));
     let mut srv = Proc::spawn("ucx_perftest server", &srv_cmd, env, DEADLINE);
@@ -201,6 +204,7 @@ fn mpich_bidirectional_flood_over_droce_ud() {
     for tls in ["droce_rc,droce_ud,self", "droce_ud,self"] {
         let e = env(&[("LD_PRELOAD", lib().to_str().unwrap()), ("UCX_TLS", tls)]);
         let link = unique("ucxflood");
+        let _locks = LinkLocks(link.clone());
         let cmd = args(&format!(
             "mpiexec.mpich -n 2 -genv LD_PRELOAD {} -genv UCX_TLS {tls} -genv DROCE_LINK {link} {} 2000 800 5",
             lib().display(),
@@ -221,6 +225,7 @@ fn failed_ud_peer_surfaces_as_endpoint_timeout() {
     }
     let _g = serial();
     let e = pair_env(&unique("ucxuddie"), &[("UCX_LOG_FILE", "stderr")]);
+    let _locks = LinkLocks::of(&e);
     let port = free_port();
     let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_ud")), &e, DEADLINE);
     let t0 = Instant::now();
@@ -299,6 +304,7 @@ fn failed_peer_surfaces_as_endpoint_timeout() {
     }
     let _g = serial();
     let e = pair_env(&unique("ucxdie"), &[]);
+    let _locks = LinkLocks::of(&e);
     let port = free_port();
     let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_rc")), &e, DEADLINE);
     let t0 = Instant::now();
@@ -378,11 +384,7 @@ fn a_killed_third_process_on_the_mesh_fails_no_endpoint_of_the_pair() {
     // our own processes, by their process groups
     drop(cli);
     drop(srv);
-    // SAFETY: getuid has no preconditions
-    let locks = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-    for s in 0..16 {
-        let _ = std::fs::remove_file(locks.join(format!("{link}.{s}.lock")));
-    }
+    remove_link_locks(&link);
     for o in [&os, &oc] {
         assert!(o.contains("the memif link to 10.77.0.3 (zero-config slot 2) went down"), "the loss was not seen:\n{os}{oc}");
     }

@@ -35,6 +35,33 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}{}x{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Removes the lock files `/tmp/droce-<uid>/<link>.<slot>.lock` of a zero-config link whose
+/// processes have ended. Every test names a link of its own (`unique`), so without this each
+/// run leaves its files behind (hundreds a day).
+pub fn remove_link_locks(link: &str) {
+    // SAFETY: getuid has no preconditions
+    let dir = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+    for s in 0..droce_dpdk::host::MESH_MAX {
+        let _ = std::fs::remove_file(dir.join(format!("{link}.{s}.lock")));
+    }
+}
+
+/// Removes its link's lock files when dropped: held by a test function while its processes run.
+pub struct LinkLocks(pub String);
+
+impl LinkLocks {
+    /// The link named by `DROCE_LINK` in `env`, if any.
+    pub fn of(env: &[(String, String)]) -> Option<LinkLocks> {
+        env.iter().find(|(k, _)| k == "DROCE_LINK").map(|(_, v)| LinkLocks(v.clone()))
+    }
+}
+
+impl Drop for LinkLocks {
+    fn drop(&mut self) {
+        remove_link_locks(&self.0);
+    }
+}
+
 /// A TCP port for one server/client pair that nothing on this machine listens on now.
 pub fn free_port() -> u16 {
     for _ in 0..200 {
