@@ -906,6 +906,14 @@ impl Host {
         &self.lost[from..]
     }
 
+    /// Whether `ip` is a zero-config peer with no process behind it now: its link is down and
+    /// its slot is free. A connection to it can only time out; callers fail it at once, as a
+    /// TCP connect to a port nobody listens on does.
+    pub fn peer_gone(&self, ip: IpAddr) -> bool {
+        let Some(m) = self.mesh.as_ref() else { return false };
+        m.peers.iter().find(|p| p.ip == ip).is_some_and(|p| !p.up && slot_state(&m.link.lock(p.slot)) == SlotState::Free)
+    }
+
     /// The zero-config peers whose memif link is up now (empty elsewhere).
     pub fn mesh_peers_up(&self) -> Vec<IpAddr> {
         self.mesh.as_ref().map(|m| m.peers.iter().filter(|p| p.up).map(|p| p.ip).collect()).unwrap_or_default()
@@ -998,7 +1006,12 @@ impl Host {
                         // start again when (a process in) that slot is ready
                         let _ = p.port.stop();
                         p.started = None;
-                        if !gone {
+                        if gone {
+                            // a process that died before its link came up has gone all the
+                            // same: what was connecting to it fails now (no link went down)
+                            self.lost.push(p.ip);
+                            eprintln!("droce: zero-config slot {} ({}) ended before its memif link came up: that process has gone", p.slot, p.ip);
+                        } else {
                             p.server_pid = None;
                         }
                     }

@@ -876,6 +876,10 @@ impl Engine {
         let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
         let conn = {
             let mut h = self.host();
+            if h.peer_gone(ip) {
+                // nobody there (a zero-config peer that has exited): the REQ could only time out
+                return Err(fi::FI_ECONNREFUSED);
+            }
             let (cm, dev) = h.cm_and_dev();
             cm.connect(dev, sa, qp, &p).map_err(|_| fi::FI_EHOSTUNREACH)?
         };

@@ -162,6 +162,18 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         }
         assert!(connected.contains(&(&mut (*ep_a).fid as *mut fid)) && connected.contains(&(&mut (*ep_b).fid as *mut fid)));
 
+        // a zero-config peer with no process behind it (this process is slot 0 of its own
+        // link, slot 1 is free): refused at once, as a TCP connect to a port nobody listens on,
+        // not after the CM's retries (a fi_pingpong client whose server exited between the
+        // name exchange and fi_connect waited past the stress test's 45 s)
+        let ep_g = ep_setup(domain, info, eq, cq_a, 0x9);
+        let mut gone = name;
+        gone[4..8].copy_from_slice(&[10, 77, 0, 2]);
+        let t0 = Instant::now();
+        let r = call!(ep_g, cm.connect(gone.as_ptr() as *const c_void, null(), 0));
+        assert_eq!(r, -(FI_ECONNREFUSED as i32), "connect to the free slot 1 (10.77.0.2)");
+        assert!(t0.elapsed() < Duration::from_secs(2), "refused after {:?}", t0.elapsed());
+
         // SEND 4 KiB, data checked
         assert_eq!(call!(ep_a, msg.send(tx.as_ptr() as *const c_void, 4096, desc_tx, FI_ADDR_UNSPEC, 0x2222 as *mut c_void)), 0);
         let s = cq_wait(cq_a);
@@ -247,7 +259,7 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
             assert!(start.elapsed() < DEADLINE);
         }
 
-        for f in [&mut (*ep_c).fid as *mut fid, &mut (*ep_a).fid, &mut (*ep_b).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*pep).fid, &mut (*cq_a).fid, &mut (*cq_b).fid, &mut (*domain).fid, &mut (*eq).fid, &mut (*fabric).fid] {
+        for f in [&mut (*ep_c).fid as *mut fid, &mut (*ep_g).fid, &mut (*ep_a).fid, &mut (*ep_b).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*pep).fid, &mut (*cq_a).fid, &mut (*cq_b).fid, &mut (*domain).fid, &mut (*eq).fid, &mut (*fabric).fid] {
             assert_eq!(fidcall!(f, close()), 0);
         }
         fi_freeinfo(info);
