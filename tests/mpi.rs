@@ -259,16 +259,21 @@ mod ucx {
         ok(job(Mpi::OpenMpi, np, &ompi_ucx_args(), &env));
     }
 
-    /// Three ranks with no configuration at all (issue 18): the zero-config memif mesh.
-    #[test]
-    fn mpich_ucx_droce_zero_config_np3() {
+    /// UCX over droce (the module preloaded) on a private zero-config mesh link, no conf.
+    fn ucx_zero_config_env() -> Vec<(String, String)> {
         let lib = match std::env::var("DROCE_UCT_LIB") {
             Ok(p) => PathBuf::from(p),
             Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
         };
         let mut e = env(&[("LD_PRELOAD", lib.to_str().unwrap()), ("UCX_TLS", "droce_rc,droce_ud,self")]);
-        let zc = zero_config_env();
-        e.extend(zc.iter().cloned());
+        e.extend(zero_config_env());
+        e
+    }
+
+    /// Three ranks with no configuration at all (issue 18): the zero-config memif mesh.
+    #[test]
+    fn mpich_ucx_droce_zero_config_np3() {
+        let e = ucx_zero_config_env();
         let _g = serial();
         let r = job(Mpi::Mpich, 3, &[], &e);
         ok(r);
@@ -277,13 +282,7 @@ mod ucx {
     /// Three Open MPI ranks (pml ucx) with no configuration: the zero-config memif mesh.
     #[test]
     fn openmpi_pml_ucx_droce_zero_config_np3() {
-        let lib = match std::env::var("DROCE_UCT_LIB") {
-            Ok(p) => PathBuf::from(p),
-            Err(_) => workspace_cdylib("droce-ucx", "libuct_droce.so").unwrap_or_else(|e| panic!("{e}")),
-        };
-        let mut e = env(&[("LD_PRELOAD", lib.to_str().unwrap()), ("UCX_TLS", "droce_rc,droce_ud,self")]);
-        let zc = zero_config_env();
-        e.extend(zc.iter().cloned());
+        let e = ucx_zero_config_env();
         let _g = serial();
         let r = job(Mpi::OpenMpi, 3, &ompi_ucx_args(), &e);
         ok(r);
