@@ -912,17 +912,7 @@ impl RoceDevice {
         if self.tx_queue.is_empty() && self.tx_batch.is_empty() {
             return;
         }
-        while !self.tx_batch.is_full() {
-            match self.tx_queue.pop_front() {
-                Some(m) => {
-                    if let Err(m) = self.tx_batch.push(m) {
-                        self.tx_queue.push_front(m);
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
+        mesh::refill(&mut self.tx_queue, &mut self.tx_batch);
         if !self.tx_batch.is_empty() {
             // Unsent frames stay in the batch (in order) for the next poll.
             let _ = self.port.tx_burst(self.cfg.queue, &mut self.tx_batch);
