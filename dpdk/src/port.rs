@@ -659,13 +659,7 @@ impl Port {
     /// interrupt thread, where PMDs such as net_memif bring links up, for an early window
     /// (see [`crate::intr_gate`]; at most one per 100 us).
     pub fn link(&self) -> Result<LinkStatus> {
-        let mut l = sys::rte_eth_link::default();
-        // SAFETY: valid out-pointer.
-        let r = unsafe { sys::rte_eth_link_get_nowait(self.id.0, &mut l) };
-        if r != 0 {
-            return Err(Error::from_ret("rte_eth_link_get_nowait", r));
-        }
-        let status = LinkStatus::from_raw(&l);
+        let status = self.link_quiet()?;
         if !status.up {
             crate::intr_gate::kick_link_wait();
         }
