@@ -7,6 +7,9 @@
 //! Every child is bounded by a deadline and killed by its PID; runs are serialised (each
 //! process busy-polls, the CI machine has few cores) and each is a second or two.
 
+#[path = "mpi/harness.rs"]
+mod harness;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -84,17 +87,8 @@ impl Proc {
         let mut readers = Vec::new();
         let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
         let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
-        for mut r in [so, se] {
-            let o = out.clone();
-            readers.push(std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = r.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            }));
+        for r in [so, se] {
+            readers.push(harness::collect_lines(r, out.clone()));
         }
         Proc { child, prefix, started: Instant::now(), out, readers }
     }
@@ -389,6 +383,30 @@ fn peer_vanishing_mid_test_fails_cleanly() {
             c.out
         );
     }
+}
+
+#[test]
+fn a_line_written_in_pieces_is_not_cut_by_the_other_stream() {
+    // what failed CI once: the server's stderr warning came as "...-s " and "65536: ..." and the
+    // perftest header on stdout landed between the two pieces
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let (mut err_w, err_r) = UnixStream::pair().unwrap();
+    let (mut out_w, out_r) = UnixStream::pair().unwrap();
+    let out = Arc::new(Mutex::new(String::new()));
+    let readers = [harness::collect_lines(Box::new(err_r), out.clone()), harness::collect_lines(Box::new(out_r), out.clone())];
+    err_w.write_all(b"warning: -c UD -s ").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    out_w.write_all(b"header line\n").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    err_w.write_all(b"65536: cut to the MTU\ntail without newline").unwrap();
+    drop((err_w, out_w));
+    for r in readers {
+        r.join().unwrap();
+    }
+    let out = out.lock().unwrap().clone();
+    assert!(out.contains("warning: -c UD -s 65536: cut to the MTU\n"), "{out:?}");
+    assert!(out.contains("header line\n") && out.ends_with("tail without newline"), "{out:?}");
 }
 
 #[test]

@@ -152,17 +152,8 @@ impl Proc {
         let mut readers = Vec::new();
         let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
         let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
-        for mut r in [so, se] {
-            let o = out.clone();
-            readers.push(std::thread::spawn(move || {
-                let mut buf = [0u8; 8192];
-                while let Ok(n) = r.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    o.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            }));
+        for r in [so, se] {
+            readers.push(collect_lines(r, out.clone()));
         }
         Proc { name: name.to_string(), child, started: Instant::now(), deadline, out, readers }
     }
@@ -239,6 +230,29 @@ impl Drop for Proc {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Reads `r` to its end on a thread, appending to `out` whole lines only (the last, unterminated
+/// one at the end). stdout and stderr are two pipes into one `out`: appended as read, a line the
+/// child wrote in pieces (`eprintln!` is one write(2) per formatted argument) could be cut by the
+/// other stream's text, and a test looking for it would fail on timing alone.
+pub fn collect_lines(mut r: Box<dyn Read + Send>, out: Arc<Mutex<String>>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        let mut pending: Vec<u8> = Vec::new();
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            pending.extend_from_slice(&buf[..n]);
+            if let Some(end) = pending.iter().rposition(|&b| b == b'\n') {
+                let rest = pending.split_off(end + 1);
+                out.lock().unwrap().push_str(&String::from_utf8_lossy(&pending));
+                pending = rest;
+            }
+        }
+        out.lock().unwrap().push_str(&String::from_utf8_lossy(&pending));
+    })
 }
 
 fn env_str(env: &[(String, String)]) -> String {
