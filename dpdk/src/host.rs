@@ -36,7 +36,7 @@
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
 //! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on ring ports and memif ports
 //! with `bsize` ≥ 4224, the port's MTU elsewhere), `progress` (`manual` | `thread`),
-//! `hold-acks` (`yes` | `no`, default yes: RC ACKs leave behind the application's reply),
+//! `hold-acks` (`yes` | `no`, default yes: an RC ACK waits for the application's reply and leaves in its burst),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
 //! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`
@@ -122,7 +122,8 @@ pub struct HostConfig {
     /// ports with `bsize` ≥ 4224, the port's elsewhere.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
-    /// RC ACKs wait for the next poll, behind the application's reply (conf key `hold-acks`,
+    /// RC ACKs wait for the next poll and leave in one burst with the application's reply,
+    /// just ahead of it (conf key `hold-acks`,
     /// env `DROCE_HOLD_ACKS`; default yes): see [`RoceConfig::hold_acks`]. [`global`] backs it
     /// with the ACK watchdog thread, so an application that stops polling after a receive
     /// still acknowledges it within [`ACK_WATCHDOG_TICK`] x 2.

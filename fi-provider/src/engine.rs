@@ -1160,8 +1160,8 @@ impl Engine {
     /// every `CM_POLL_EVERY`-th call (it answers MADs and runs its timers a few calls late;
     /// connection setup is driven by EQ reads, which poll it every time). Like the full step
     /// it runs the device until idle (bounded), or until a round found completions while
-    /// the host holds ACKs: those then leave with the next call, behind the reply the
-    /// application posts, or from the host's ACK watchdog when it stops polling (before
+    /// the host holds ACKs: those then leave with the next call, in one burst with the
+    /// reply the application posts (just ahead of it), or from the host's ACK watchdog when it stops polling (before
     /// the watchdog, fi_pingpong 1 MiB ended in the peer's retry-exceeded that way).
     pub fn progress_datapath(&mut self) -> bool {
         self.step(false)
@@ -1197,9 +1197,10 @@ impl Engine {
                     }
                 }
             }
-            // With held ACKs (the host's default) another round would send them now, ahead
-            // of the reply the application posts on these completions: return them first;
-            // the ACKs leave with the next call (behind the reply) or the host's watchdog.
+            // With held ACKs (the host's default) another round would send them now, a TX
+            // burst before the reply the application posts on these completions: return
+            // them first; the ACKs leave with the next call (in the reply's burst, ahead of
+            // it) or from the host's watchdog.
             if !w || (!wcs.is_empty() && h.dev().hold_acks()) {
                 break;
             }

@@ -2,7 +2,8 @@
 //! keeps the timer heap, schedules transmission round robin among QPs with work, and
 //! counts. Driven sans-IO: `handle_rx`, `poll_transmit`, `poll_timeout`, `handle_timeout`.
 //! For latency, a poll loop may use `poll_transmit_data` right after RX (plain ACKs wait for
-//! the next `poll_transmit`, behind the application's reply) and `tx_ready` to skip idle TX.
+//! the next `poll_transmit` and leave in one burst with the application's reply, just ahead
+//! of it) and `tx_ready` to skip idle TX.
 //!
 //! ```
 //! use droce_transport::{Device, DeviceConfig, Gid, Instant, VecMemory};
@@ -1151,16 +1152,18 @@ impl<M: Memory> Device<M> {
     }
 
     /// [`poll_transmit`](Self::poll_transmit) without the plain ACK/NAK replies (unless a
-    /// READ or atomic response waits behind them: then all go, in order): they stay
-    /// queued (and keep merging: one ACK covers what arrives meanwhile) for the next
-    /// `poll_transmit`; READ and atomic responses, requests and retransmissions go.
+    /// READ or atomic response waits behind them, or the QP has a request to send: then
+    /// all go, in order): they stay queued (and keep merging: one ACK covers what arrives
+    /// meanwhile) for the next `poll_transmit`; READ and atomic responses, requests and
+    /// retransmissions go.
     ///
     /// For a poll loop that wants acknowledgements off the critical path: a request that
-    /// asked for an ACK completes a receive right away; sending the ACK in the same round
-    /// would delay the application's reply (a ping-pong's second half) by one frame's
-    /// emission and TX burst. With `poll_transmit_data` right after RX and `poll_transmit`
-    /// at the start of the next round (after whatever the application posted), the reply
-    /// leaves first and the ACK right behind it. An ACK waits for at most one round.
+    /// asked for an ACK completes a receive right away; sending the ACK in that round
+    /// would cost a TX burst of its own before the application's reply (a ping-pong's
+    /// second half). With `poll_transmit_data` right after RX and `poll_transmit` at the
+    /// start of the next round (after whatever the application posted), the ACK and the
+    /// reply leave in one burst, the ACK first: the peer completes its send before it
+    /// receives the answer, as with any NIC. An ACK waits for at most one round.
     pub fn poll_transmit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         self.hold_acks = true;
         let r = self.poll_transmit(now, buf);
@@ -1174,7 +1177,13 @@ impl<M: Memory> Device<M> {
         match q.init.qp_type {
             QpType::Rc => {
                 let err = q.state == QpState::Err;
-                let held = self.hold_acks && (err || responder::only_acks(q));
+                // A held ACK never falls behind a request of its own QP: the peer would
+                // see our new message before the ACK for its own, i.e. complete the
+                // receive before the send that caused it. No NIC does that, and ofi_rxm's
+                // atomics free the request's buffer on the response and reuse it before
+                // the late send completion comes (fabtests' ubertest caught it).
+                let requests = matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.can_send(&lim).is_ok();
+                let held = self.hold_acks && (err || (responder::only_acks(q) && !requests));
                 let reply = if held { None } else { responder::next_reply(q, err) };
                 let pkt = match reply {
                     Some(p) => Some(p),

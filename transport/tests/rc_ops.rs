@@ -171,8 +171,9 @@ fn transmit_round_robin_among_qps() {
     assert_eq!(order, vec![n1, n2, n1, n2, n1, n2, n1, n2], "one frame per QP in turn");
 }
 
-/// `poll_transmit_data` holds plain ACKs (they go with the next `poll_transmit`, behind the
-/// reply the application posted meanwhile) but not READ responses.
+/// `poll_transmit_data` holds plain ACKs (they go with the next `poll_transmit`, or in
+/// one burst with the reply the application posted meanwhile, ahead of it) but not READ
+/// responses.
 #[test]
 fn poll_transmit_data_holds_acks_not_read_responses() {
     use droce_transport::wire::{Opcode, RoceRepr};
@@ -192,21 +193,21 @@ fn poll_transmit_data_holds_acks_not_read_responses() {
     let wc = p.b.poll().expect("receive completes before any ACK is sent");
     assert_eq!((wc.opcode, wc.status), (WcOpcode::Recv, WcStatus::Success));
     assert!(p.b.dev.poll_transmit_data(now, &mut buf).is_none(), "the ACK waits");
-    // the reply posted meanwhile leaves first, then the held ACK
+    // the reply posted meanwhile takes the held ACK along, behind it: A must complete its
+    // SEND before it receives the answer (ofi_rxm's atomics depend on that order)
     p.b.dev.post_send(qb, SendWr::new(20, SendOpcode::Send).with_sge(MEM_BASE, 8, lb)).unwrap();
+    let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("held ACK");
+    assert_eq!(op_of(&buf[..n]), Opcode::RcAcknowledge, "the ACK leaves ahead of the reply");
+    p.a.dev.handle_rx(now, &mut buf[..n]);
     let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("reply");
     assert_eq!(op_of(&buf[..n]), Opcode::RcSendOnly);
-    p.a.dev.handle_rx(now, &mut buf[..n]);
-    let n = p.b.dev.poll_transmit(now, &mut buf).expect("held ACK");
-    assert_eq!(op_of(&buf[..n]), Opcode::RcAcknowledge);
     p.a.dev.handle_rx(now, &mut buf[..n]);
     assert!(p.b.dev.poll_transmit(now, &mut buf).is_none());
     let mut got = Vec::new();
     while let Some(wc) = p.a.poll() {
         got.push((wc.opcode, wc.wr_id, wc.status));
     }
-    got.sort_by_key(|g| g.1);
-    assert_eq!(got, vec![(WcOpcode::Recv, 1, WcStatus::Success), (WcOpcode::Send, 10, WcStatus::Success)]);
+    assert_eq!(got, vec![(WcOpcode::Send, 10, WcStatus::Success), (WcOpcode::Recv, 1, WcStatus::Success)], "send completion first");
     // a READ response is data: not held
     p.b.dev.post_send(qb, SendWr::new(30, SendOpcode::Read).with_sge(MEM_BASE + 0x100, 16, lb).with_remote(MEM_BASE, p.a.mr.rkey)).unwrap();
     let n = p.b.dev.poll_transmit_data(now, &mut buf).expect("READ request");

@@ -700,9 +700,10 @@ impl RoceDevice {
     /// spin or back off.
     ///
     /// Order for latency: a reply posted after a completion leaves at the very start of the
-    /// next round without an RX burst in front of it; with [`RoceConfig::hold_acks`] also
-    /// ahead of the ACK for the request it answers (held one round in the transport,
-    /// [`Device::poll_transmit_data`]). Plain ACKs received behind a request in one burst
+    /// next round without an RX burst in front of it; with [`RoceConfig::hold_acks`] the
+    /// ACK for the request it answers waits for it (held one round in the transport,
+    /// [`Device::poll_transmit_data`]) and leaves in the same burst, just ahead of it, so
+    /// the peer completes its send before the receive. Plain ACKs received behind a request in one burst
     /// are handled at the next round (only the own send completions wait for that).
     pub fn poll(&mut self) -> Work {
         let mut work = Work::default();
