@@ -438,8 +438,8 @@ pub struct RoceDevice {
     rx_batch: MbufBatch<64>,
     tx_batch: MbufBatch<64>,
     tx_queue: VecDeque<Mbuf>,
-    /// Plain ACKs received behind a request in the last burst, and the response frames
-    /// behind them (handled first next round, in order).
+    /// Plain ACKs received behind a request in the last burst, and every frame behind
+    /// them (handled first next round, in order; [`RxOrder`]).
     rx_acks_later: VecDeque<Mbuf>,
     /// Engine time at the last TSC reading, and idle polls since.
     last_now: Instant,
@@ -739,31 +739,15 @@ impl RoceDevice {
             let mut batch = core::mem::take(&mut self.rx_batch);
             // Plain ACKs behind a request wait for the next round: the request's completion
             // (a ping-pong's receive) reaches the application first. Once one waits, every
-            // later response frame (ACK, READ/atomic response) of the burst waits too, so
-            // the response stream keeps its order; single-segment requests are not held.
-            let mut request_seen = false;
-            let (mut deferring, mut hold_all) = (false, false);
+            // later frame of the burst waits too: responses, so the response stream keeps
+            // its order, and requests, which the peer may have sent as its answer to the
+            // message that ACK acknowledges (its receive must not complete before our send:
+            // ofi_rxm's atomics free the request on the answer).
+            let mut order = RxOrder::default();
             let defer = self.fault_rx.is_none();
             for m in batch.drain() {
-                if hold_all {
-                    self.rx_acks_later.push_back(m);
-                    continue;
-                }
-                if defer && m.nb_segs() == 1 {
-                    match rc_bth_opcode(m.data()) {
-                        Some(op) if is_rc_response(op) && (deferring || (op == OPCODE_RC_ACK && request_seen)) => {
-                            deferring = true;
-                            self.rx_acks_later.push_back(m);
-                            continue;
-                        }
-                        Some(op) if is_rc_response(op) => {}
-                        Some(_) => request_seen = true,
-                        None => {}
-                    }
-                } else if deferring {
-                    // a multi-segment frame (not classified) behind held responses: it and
-                    // everything after it wait too, so no stream is reordered
-                    hold_all = true;
+                let op = (m.nb_segs() == 1).then(|| rc_bth_opcode(m.data()));
+                if defer && order.later(op) {
                     self.rx_acks_later.push_back(m);
                     continue;
                 }
@@ -1252,6 +1236,45 @@ fn is_rc_response(op: u8) -> bool {
 /// BTH opcode of the RC Acknowledge (ACK/NAK, no payload).
 const OPCODE_RC_ACK: u8 = 0x11;
 
+/// Which frames of one RX burst wait for the next round. A plain ACK behind a request waits
+/// (the request's completion, a ping-pong's receive, reaches the application first), and
+/// once one waits every later frame of the burst waits too: responses, so the response
+/// stream keeps its order, and requests, which the peer may have sent as its answer to the
+/// message that ACK acknowledges (their receive must not complete before our send: ofi_rxm's
+/// atomics free a request's buffer on the answer). Frames are fed in burst order.
+#[derive(Debug, Default)]
+struct RxOrder {
+    request_seen: bool,
+    deferring: bool,
+    hold_all: bool,
+}
+
+impl RxOrder {
+    /// `op`: `None` for a multi-segment frame (not classified), `Some(None)` for a frame
+    /// that is not RC, `Some(Some(opcode))` for an RC frame. True: it waits.
+    fn later(&mut self, op: Option<Option<u8>>) -> bool {
+        if self.hold_all {
+            return true;
+        }
+        match op {
+            Some(Some(op)) if is_rc_response(op) && (self.deferring || (op == OPCODE_RC_ACK && self.request_seen)) => {
+                self.deferring = true;
+                true
+            }
+            Some(Some(op)) if is_rc_response(op) => false,
+            Some(Some(_)) | None if self.deferring => {
+                self.hold_all = true;
+                true
+            }
+            Some(Some(_)) => {
+                self.request_seen = true;
+                false
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The BTH opcode of a RoCEv2 frame (IPv4 without options, or IPv6, UDP to 4791), from fixed
 /// offsets without any check beyond lengths: only for scheduling, the transport parses.
 #[inline]
@@ -1302,6 +1325,32 @@ impl Drop for RoceDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds one burst of opcodes (None: a multi-segment frame; Some(None): not RC) and
+    /// returns which frames waited for the next round.
+    fn waits(burst: &[Option<Option<u8>>]) -> Vec<bool> {
+        let mut o = RxOrder::default();
+        burst.iter().map(|&op| o.later(op)).collect()
+    }
+
+    #[test]
+    fn rx_order_keeps_requests_behind_a_held_ack() {
+        const SEND: Option<Option<u8>> = Some(Some(0x04)); // RC SEND Only
+        const ACK: Option<Option<u8>> = Some(Some(OPCODE_RC_ACK));
+        const READ_RESP: Option<Option<u8>> = Some(Some(0x10)); // RDMA READ Response Only
+        const UD: Option<Option<u8>> = Some(None);
+        // an ACK in front of the request it answers goes first, in order
+        assert_eq!(waits(&[ACK, SEND]), [false, false]);
+        // an ACK behind a request waits; so does every response behind it
+        assert_eq!(waits(&[SEND, ACK, READ_RESP]), [false, true, true]);
+        // a request behind a held ACK waits too: the peer's answer to what the ACK covers
+        // must not complete before our send (this was processed at once before)
+        assert_eq!(waits(&[SEND, ACK, SEND, ACK]), [false, true, true, true]);
+        assert_eq!(waits(&[SEND, ACK, None, SEND]), [false, true, true, true]);
+        // frames that are not RC never wait unless everything waits
+        assert_eq!(waits(&[SEND, UD, ACK, UD]), [false, false, true, false]);
+        assert_eq!(waits(&[SEND, ACK, SEND, UD]), [false, true, true, true]);
+    }
 
     #[test]
     fn ns_clock_matches_the_division() {
