@@ -703,8 +703,8 @@ impl RoceDevice {
     /// next round without an RX burst in front of it; with [`RoceConfig::hold_acks`] the
     /// ACK for the request it answers waits for it (held one round in the transport,
     /// [`Device::poll_transmit_data`]) and leaves in the same burst, just ahead of it, so
-    /// the peer completes its send before the receive. Plain ACKs received behind a request in one burst
-    /// are handled at the next round (only the own send completions wait for that).
+    /// the peer completes its send before the receive. Plain ACKs received behind a request
+    /// in one burst, and every frame behind them, are handled at the next round ([`RxOrder`]).
     pub fn poll(&mut self) -> Work {
         let mut work = Work::default();
         self.polls = self.polls.wrapping_add(1);
