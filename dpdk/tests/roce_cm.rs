@@ -140,11 +140,26 @@ fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: IpAddr, 
     assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::RdmaRead));
     assert_eq!(read(&b.dev, rb.base + 0x30000, 3000), data);
 
-    // Disconnect: both sides see Disconnected, both QPs end in ERROR.
+    // A last SEND to the side that disconnects, which disconnects as soon as it has the
+    // receive, its ACK still held (both devices hold ACKs): the ACK leaves inside
+    // disconnect(), ahead of the DREQ, so the sender's SEND completes as sent, not flushed.
     let (first, id_first): (usize, ConnId) = if who_disconnects == 0 { (0, sid) } else { (1, cid) };
     {
+        let (snd, rcv, q_snd, q_rcv, r_snd, r_rcv) =
+            if first == 0 { (&mut *b, &mut *a, qb, qa, rb, ra) } else { (&mut *a, &mut *b, qa, qb, ra, rb) };
+        rcv.dev.device_mut().post_recv(q_rcv, RecvWr::new(2).with_sge(r_rcv.base + 0x40000, 4096, r_rcv.mr.lkey)).unwrap();
+        let mut wr = SendWr::new(13, SendOpcode::Send);
+        wr.sg_list.push(droce_transport::verbs::Sge { addr: r_snd.base, length: 64, lkey: r_snd.mr.lkey });
+        snd.dev.device_mut().post_send(q_snd, wr).unwrap();
+    }
+    let wc = wait_wc_nodes(a, b, first, if first == 0 { ra.cq } else { rb.cq });
+    assert_eq!((wc.status, wc.opcode, wc.byte_len), (WcStatus::Success, WcOpcode::Recv, 64));
+    // Disconnect: both sides see Disconnected, both QPs end in ERROR.
+    {
         let n = if first == 0 { &mut *a } else { &mut *b };
+        let tx = n.dev.counters().tx_roce;
         n.cm.disconnect(&mut n.dev, id_first).unwrap();
+        assert_eq!(n.dev.counters().tx_roce, tx + 1, "the held ACK leaves inside disconnect()");
         assert!(n.cm.disconnect(&mut n.dev, id_first).is_err(), "second disconnect refused");
     }
     let mut disc = [false, false];
@@ -166,10 +181,16 @@ fn connect_and_use(a: &mut Node, b: &mut Node, ra: &Res, rb: &Res, ipa: IpAddr, 
     }
     assert_eq!(a.dev.device().qp_state(qa), Some(QpState::Err));
     assert_eq!(b.dev.device().qp_state(qb), Some(QpState::Err));
-    // drain flushed completions of the posted-then-unused receives
+    // the last SEND completed as sent; the rest are flushed receives posted and never used
+    let mut last_send = None;
     for (n, cq) in [(&mut *a, ra.cq), (&mut *b, rb.cq)] {
-        while n.dev.device_mut().poll_cq_one(cq).unwrap().is_some() {}
+        while let Some(wc) = n.dev.device_mut().poll_cq_one(cq).unwrap() {
+            if wc.wr_id == 13 {
+                last_send = Some((wc.status, wc.opcode));
+            }
+        }
     }
+    assert_eq!(last_send, Some((WcStatus::Success, WcOpcode::Send)), "the last SEND before the DREQ");
 }
 
 #[test]
@@ -189,6 +210,9 @@ fn cm_connect_accept_reject_disconnect() {
     cb.seed = 12;
     let mut da = wire.device(0, ca);
     let mut db = wire.device(1, cb);
+    // as the libraries run them: ACKs wait one poll (and must still precede a DREQ)
+    da.set_hold_acks(true);
+    db.set_hold_acks(true);
     let (mut ba, mut bb) = (Buf::new(1 << 20), Buf::new(1 << 20));
     let ra = resources(&mut da, &mut ba);
     let rb = resources(&mut db, &mut bb);

@@ -633,13 +633,16 @@ impl CmAgent {
         }
     }
 
-    /// Moves the QP to ERROR and sends a DREQ (`rdma_disconnect`); `Disconnected` follows the
-    /// DREP (or the DREQ's timeout).
+    /// Sends the ACKs held for the next round, moves the QP to ERROR and sends a DREQ
+    /// (`rdma_disconnect`); `Disconnected` follows the DREP (or the DREQ's timeout).
     pub fn disconnect(&mut self, dev: &mut RoceDevice, id: ConnId) -> Result<(), CmAgentError> {
         let Some(Slot::Live { h, qp }) = self.slots.get(&id) else {
             return Err(CmAgentError::InvalidConn);
         };
         let (h, qp) = (*h, *qp);
+        // ACKs held for the next round leave first: the peer's last send must complete
+        // before our DREQ (behind it) moves its QP to error and flushes it
+        dev.flush();
         to_error(dev, qp);
         if self.ep.disconnect(dev.now(), h) {
             Ok(())

@@ -1235,6 +1235,8 @@ fn is_rc_response(op: u8) -> bool {
 
 /// BTH opcode of the RC Acknowledge (ACK/NAK, no payload).
 const OPCODE_RC_ACK: u8 = 0x11;
+/// The first opcode past the RC range (UC starts at 0x20; UD is 0x64, CNP 0x81).
+const OPCODE_UC_FIRST: u8 = 0x20;
 
 /// Which frames of one RX burst wait for the next round. A plain ACK behind a request waits
 /// (the request's completion, a ping-pong's receive, reaches the application first), and
@@ -1257,16 +1259,20 @@ impl RxOrder {
             return true;
         }
         match op {
-            Some(Some(op)) if is_rc_response(op) && (self.deferring || (op == OPCODE_RC_ACK && self.request_seen)) => {
-                self.deferring = true;
-                true
+            Some(Some(op)) if is_rc_response(op) => {
+                let wait = self.deferring || (op == OPCODE_RC_ACK && self.request_seen);
+                self.deferring |= wait;
+                wait
             }
-            Some(Some(op)) if is_rc_response(op) => false,
-            Some(Some(_)) | None if self.deferring => {
+            // behind a held response nothing overtakes: not a request, not a CM MAD (a DREQ
+            // would move the QP to error before the ACK it follows completes our send), not
+            // a frame the fixed-offset read could not classify
+            _ if self.deferring => {
                 self.hold_all = true;
                 true
             }
-            Some(Some(_)) => {
+            // only an RC request (opcodes below 0x20) lets a later ACK wait
+            Some(Some(op)) if op < OPCODE_UC_FIRST => {
                 self.request_seen = true;
                 false
             }
@@ -1338,7 +1344,9 @@ mod tests {
         const SEND: Option<Option<u8>> = Some(Some(0x04)); // RC SEND Only
         const ACK: Option<Option<u8>> = Some(Some(OPCODE_RC_ACK));
         const READ_RESP: Option<Option<u8>> = Some(Some(0x10)); // RDMA READ Response Only
-        const UD: Option<Option<u8>> = Some(None);
+        const UD: Option<Option<u8>> = Some(Some(0x64)); // UD SEND Only: CM MADs (a DREQ) too
+        const OTHER: Option<Option<u8>> = Some(None); // not classified (ARP, IP options, ...)
+        const MULTI: Option<Option<u8>> = None; // multi-segment
         // an ACK in front of the request it answers goes first, in order
         assert_eq!(waits(&[ACK, SEND]), [false, false]);
         // an ACK behind a request waits; so does every response behind it
@@ -1346,10 +1354,14 @@ mod tests {
         // a request behind a held ACK waits too: the peer's answer to what the ACK covers
         // must not complete before our send (this was processed at once before)
         assert_eq!(waits(&[SEND, ACK, SEND, ACK]), [false, true, true, true]);
-        assert_eq!(waits(&[SEND, ACK, None, SEND]), [false, true, true, true]);
-        // frames that are not RC never wait unless everything waits
-        assert_eq!(waits(&[SEND, UD, ACK, UD]), [false, false, true, false]);
-        assert_eq!(waits(&[SEND, ACK, SEND, UD]), [false, true, true, true]);
+        assert_eq!(waits(&[SEND, ACK, MULTI, SEND]), [false, true, true, true]);
+        // nothing overtakes a held ACK: a DREQ behind it, an unclassified frame
+        assert_eq!(waits(&[SEND, ACK, UD]), [false, true, true]);
+        assert_eq!(waits(&[SEND, ACK, OTHER]), [false, true, true]);
+        // a UD frame (a DREQ) is not a request that lets the ACK behind it wait: that ACK
+        // completes our last send before the DREQ moves the QP to error
+        assert_eq!(waits(&[UD, ACK, SEND]), [false, false, false]);
+        assert_eq!(waits(&[OTHER, UD, MULTI, ACK]), [false, false, false, false]);
     }
 
     #[test]
