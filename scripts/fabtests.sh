@@ -28,6 +28,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
+. "$here/bench-lib.sh"   # remove_free_locks
 sets=all
 run_droce=1
 run_tcp=0
@@ -99,10 +100,11 @@ fi
 # run_one NAME: runs the suite for provider NAME in a new network namespace; the verbose
 # YAML log goes to $out/NAME.log
 run_one() {
-    local prov=$1 log=$out/$1.log extra=""
+    local prov=$1 log=$out/$1.log extra="" link=""
     local env="IPATH_NO_BACKTRACE=1"
     if [ "$prov" = droce ]; then
-        env="$env FI_PROVIDER_PATH=$prov_dir DROCE_LINK=ft$$-$RANDOM"
+        link=ft$$-$RANDOM
+        env="$env FI_PROVIDER_PATH=$prov_dir DROCE_LINK=$link"
         extra="-u $cfg"
     fi
     echo "== $prov: runfabtests.sh -t $sets (log $log)"
@@ -113,6 +115,8 @@ run_one() {
     (cd "$ft/share/fabtests" &&
         unshare --net --pid --fork --mount-proc bash -c "ip link set lo up && env -u FI_PROVIDER -u DROCE_CONF $env \
             PATH=$ft/bin:\$PATH runfabtests.sh -vv -p $ft/bin/ -t $sets $extra $prov") >"$log" 2>&1 || true
+    # the run's zero-config lock files (/tmp/droce-<uid>/<link>.<slot>.lock), once free
+    [ -n "$link" ] && remove_free_locks "/tmp/droce-$(id -u)/$link".*.lock
     summarize "$prov" "$log"
 }
 
