@@ -1092,10 +1092,7 @@ impl<M: Memory> Device<M> {
         }
         match (q.init.qp_type, q.state) {
             (QpType::Ud, QpState::Rts) => !q.req.sq.is_empty(),
-            (QpType::Rc, QpState::Rts | QpState::Sqd) => {
-                let lim = self.limits(q);
-                q.req.can_send(&lim).is_ok() && (q.state == QpState::Rts || q.req.sq.get(q.req.next).is_some_and(|w| w.started))
-            }
+            (QpType::Rc, _) => rc_request_ready(q, &self.limits(q)),
             _ => false,
         }
     }
@@ -1182,8 +1179,7 @@ impl<M: Memory> Device<M> {
                 // receive before the send that caused it. No NIC does that, and ofi_rxm's
                 // atomics free the request's buffer on the response and reuse it before
                 // the late send completion comes (fabtests' ubertest caught it).
-                let requests = matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.can_send(&lim).is_ok();
-                let held = self.hold_acks && (err || (responder::only_acks(q) && !requests));
+                let held = self.hold_acks && (err || (responder::only_acks(q) && !rc_request_ready(q, &lim)));
                 let reply = if held { None } else { responder::next_reply(q, err) };
                 let pkt = match reply {
                     Some(p) => Some(p),
@@ -1301,6 +1297,18 @@ impl<M: Memory> Device<M> {
         }
         Some(())
     }
+}
+
+/// Whether an RC QP's requester can emit a packet now: RTS, or SQD with its next WQE already
+/// started (SQD lets a started message finish), and nothing blocking it (window, fence,
+/// READ/atomic limit, RNR wait).
+fn rc_request_ready(q: &Qp, lim: &ReqLimits) -> bool {
+    let state_allows = match q.state {
+        QpState::Rts => true,
+        QpState::Sqd => q.req.sq.get(q.req.next).is_some_and(|w| w.started),
+        _ => false,
+    };
+    state_allows && q.req.can_send(lim).is_ok()
 }
 
 /// Copy bytes `offset..offset+out.len()` of a gather list into `out`.
