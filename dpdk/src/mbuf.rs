@@ -400,6 +400,17 @@ impl<const N: usize> MbufBatch<N> {
         Ok(())
     }
 
+    /// Moves mbufs from the front of `queue` to the end of the batch until it is full or
+    /// the queue is empty (order kept): a TX step topping up its next burst.
+    #[inline]
+    pub fn fill_from(&mut self, queue: &mut std::collections::VecDeque<Mbuf>) {
+        while self.len < N {
+            let Some(m) = queue.pop_front() else { break };
+            self.pkts[self.len] = m.into_raw();
+            self.len += 1;
+        }
+    }
+
     /// Removes the last mbuf.
     #[inline]
     pub fn pop(&mut self) -> Option<Mbuf> {

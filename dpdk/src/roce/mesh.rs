@@ -144,27 +144,10 @@ impl MeshWire {
             if p.queue.is_empty() && p.batch.is_empty() {
                 continue;
             }
-            refill(&mut p.queue, &mut p.batch);
+            p.batch.fill_from(&mut p.queue);
             if !p.batch.is_empty() {
                 let _ = p.port.tx_burst(q, &mut p.batch);
             }
-        }
-    }
-}
-
-/// Moves frames from the front of `queue` into `batch` until it is full (order kept): the TX
-/// step of the single-port device and of every mesh port.
-#[inline]
-pub(super) fn refill<const N: usize>(queue: &mut VecDeque<Mbuf>, batch: &mut MbufBatch<N>) {
-    while !batch.is_full() {
-        match queue.pop_front() {
-            Some(m) => {
-                if let Err(m) = batch.push(m) {
-                    queue.push_front(m);
-                    break;
-                }
-            }
-            None => break,
         }
     }
 }

@@ -897,7 +897,7 @@ impl RoceDevice {
         if self.tx_queue.is_empty() && self.tx_batch.is_empty() {
             return;
         }
-        mesh::refill(&mut self.tx_queue, &mut self.tx_batch);
+        self.tx_batch.fill_from(&mut self.tx_queue);
         if !self.tx_batch.is_empty() {
             // Unsent frames stay in the batch (in order) for the next poll.
             let _ = self.port.tx_burst(self.cfg.queue, &mut self.tx_batch);
