@@ -10,6 +10,8 @@
 #[path = "mpi/harness.rs"]
 mod harness;
 
+use harness::{is_root, serial};
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,13 +21,8 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_droce-pmd");
 static SEQ: AtomicU32 = AtomicU32::new(0);
-static SERIAL: Mutex<()> = Mutex::new(());
 /// Most a single droce-pmd run may take before the test kills it.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn unique(tag: &str) -> String {
     format!("droce-rt{}-{}-{}", std::process::id(), tag, SEQ.fetch_add(1, Ordering::Relaxed))
@@ -36,9 +33,6 @@ fn tcp_port() -> u16 {
     20000 + ((std::process::id() * 7 + SEQ.fetch_add(1, Ordering::Relaxed) * 13) % 30000) as u16
 }
 
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
-}
 
 fn runtime_dir(prefix: &str) -> PathBuf {
     if is_root() {
