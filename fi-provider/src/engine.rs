@@ -180,8 +180,6 @@ pub struct EpCntrs {
     pub recv: Option<Id>,
     pub read: Option<Id>,
     pub write: Option<Id>,
-    pub remote_read: Option<Id>,
-    pub remote_write: Option<Id>,
 }
 
 #[derive(Debug)]
@@ -355,8 +353,11 @@ impl Segs {
         v.n = 1;
         v
     }
-    /// Appends one element; `FI_EINVAL` beyond `IOV_LIMIT`.
+    /// Appends one element; `FI_EINVAL` beyond the advertised `iov_limit`.
     pub fn push(&mut self, s: Seg) -> Result<(), Errno> {
+        if self.n as u64 >= info::iov_limit() {
+            return Err(fi::FI_EINVAL);
+        }
         let slot = self.s.get_mut(self.n).ok_or(fi::FI_EINVAL)?;
         *slot = s;
         self.n += 1;
@@ -1482,6 +1483,8 @@ impl Engine {
                 }
                 ep.cntrs.recv
             }
+            // fi_endpoint(3): base atomics count as writes, fetching and compare atomics as reads
+            OpKind::Atomic if op.flags & fi::FI_WRITE as u64 != 0 => ep.cntrs.write,
             OpKind::Read | OpKind::Atomic => ep.cntrs.read,
             OpKind::Write => ep.cntrs.write,
         };
@@ -1489,7 +1492,7 @@ impl Engine {
         let Some(cq) = cq.and_then(|c| self.cqs.get_mut(&c)) else { return };
         let entry = CqEntry { op_context: op.context, flags, len, buf: if op.kind == OpKind::Recv { op.buf } else { 0 }, data, src };
         if ok {
-            if op.report || op.kind == OpKind::Recv {
+            if op.report {
                 cq.q.push(entry);
             }
         } else if !op.report && op.context == 0 {

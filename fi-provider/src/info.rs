@@ -20,6 +20,8 @@ pub const MSG_MAX_MSG_SIZE: u64 = 1 << 31;
 pub const UD_PREFIX: u64 = 40;
 pub const TX_SIZE: u64 = 256;
 pub const RX_SIZE: u64 = 256;
+/// Most gather/scatter elements per request (the storage of a request's list); the limit
+/// advertised and enforced is [`iov_limit`], at most this.
 pub const IOV_LIMIT: u64 = 8;
 pub const INJECT_SIZE: u64 = 256;
 /// Private data through IB CM: 56 bytes in a REQ after the rdma_cm header, minus our
@@ -284,6 +286,11 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         if (shared_tx || shared_rx) && ep != EpType::Msg {
             continue;
         }
+        // A shared receive context is an SRQ: one receive per message, no multi-receive
+        // buffers there.
+        if shared_rx && want & fi::FI_MULTI_RECV as u64 != 0 {
+            continue;
+        }
         // A UD endpoint is named by its QPN: fi_getname names carry it; a node/service
         // address has none, and the provider asks the peer's CM for it (SIDR: a DGRAM
         // endpoint bound to a port answers for that port).
@@ -308,6 +315,9 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
             continue;
         }
         let mut caps = if want == 0 { ours } else { (want & ours) | (ours & (fi::FI_LOCAL_COMM | fi::FI_REMOTE_COMM)) };
+        if shared_rx {
+            caps &= !(fi::FI_MULTI_RECV as u64);
+        }
         // FI_MSG/FI_RMA without direction flags mean both directions.
         if caps & fi::FI_MSG as u64 != 0 && caps & (fi::FI_SEND as u64 | fi::FI_RECV as u64) == 0 {
             caps |= fi::FI_SEND as u64 | fi::FI_RECV as u64;
@@ -333,7 +343,7 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
             inject_size: INJECT_SIZE.min(max_msg),
             tx_size: TX_SIZE,
             rx_size: RX_SIZE,
-            iov_limit: IOV_LIMIT,
+            iov_limit: iov_limit(),
             protocol,
             msg_order: order,
             fabric_name: FABRIC_NAME.into(),
@@ -424,6 +434,13 @@ mod tests {
         assert!(getinfo(&q(), Some(&h), &local()).is_err(), "no shared contexts on DGRAM");
         let v = getinfo(&q(), None, &local()).unwrap();
         assert!(v.iter().all(|i| !i.shared_tx && !i.shared_rx), "not shared unless asked");
+        assert!(v.iter().any(|i| i.caps & fi::FI_MULTI_RECV as u64 != 0));
+        // a shared receive context is an SRQ: no multi-receive buffers there
+        let h = Hints { rx_ctx_cnt: SHARED_CONTEXT, ..Default::default() };
+        let v = getinfo(&q(), Some(&h), &local()).unwrap();
+        assert!(v.iter().all(|i| i.caps & fi::FI_MULTI_RECV as u64 == 0), "{v:?}");
+        let h = Hints { rx_ctx_cnt: SHARED_CONTEXT, caps: (fi::FI_MSG | fi::FI_MULTI_RECV) as u64, ..Default::default() };
+        assert!(getinfo(&q(), Some(&h), &local()).is_err(), "multi-receive on a shared receive context");
         let h = Hints { rx_ctx_cnt: 4, ..Default::default() };
         assert!(getinfo(&q(), Some(&h), &local()).is_err(), "scalable endpoints");
     }
@@ -471,5 +488,43 @@ mod tests {
         assert!(getinfo(&q(), Some(&h), &local()).is_err());
         let h = Hints { dest: Some(EpAddr::new("127.0.0.1:9".parse().unwrap())), ..Default::default() };
         assert_eq!(getinfo(&q(), Some(&h), &local()).unwrap()[0].dest.unwrap().sa, "10.77.0.2:9".parse().unwrap());
+    }
+}
+
+/// The tx/rx `iov_limit` advertised and enforced: `DROCE_IOV_LIMIT` (1..=IOV_LIMIT), else
+/// IOV_LIMIT. A lower limit serves applications that cannot use more (fabtests' ubertest
+/// splits a message over up to iov_limit entries and its rounding loses or adds a byte from
+/// 5 entries on; docs/libfabric.md). A value out of range is named on stderr once and ignored.
+pub fn iov_limit() -> u64 {
+    static L: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *L.get_or_init(|| match parse_iov_limit(std::env::var("DROCE_IOV_LIMIT").ok().as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("droce: {e}; iov_limit stays {IOV_LIMIT}");
+            IOV_LIMIT
+        }
+    })
+}
+
+fn parse_iov_limit(v: Option<&str>) -> Result<u64, String> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(IOV_LIMIT),
+        Some(v) => v.parse::<u64>().ok().filter(|n| (1..=IOV_LIMIT).contains(n)).ok_or_else(|| format!("DROCE_IOV_LIMIT='{v}': want 1..={IOV_LIMIT}")),
+    }
+}
+
+#[cfg(test)]
+mod iov_limit_tests {
+    use super::*;
+
+    #[test]
+    fn the_iov_limit_knob_takes_1_to_the_storage_limit() {
+        assert_eq!(parse_iov_limit(None), Ok(IOV_LIMIT));
+        assert_eq!(parse_iov_limit(Some(" ")), Ok(IOV_LIMIT));
+        assert_eq!(parse_iov_limit(Some("4")), Ok(4));
+        assert_eq!(parse_iov_limit(Some("1")), Ok(1));
+        assert!(parse_iov_limit(Some("0")).unwrap_err().contains("want 1..=8"));
+        assert!(parse_iov_limit(Some("9")).is_err());
+        assert!(parse_iov_limit(Some("four")).is_err());
     }
 }

@@ -48,6 +48,27 @@ fn attributes_and_addresses_follow_the_hints() {
 }
 
 #[test]
+fn the_iov_limit_is_8_or_what_droce_iov_limit_says() {
+    let limits = |out: &str| out.lines().filter(|l| l.trim_start().starts_with("iov_limit:")).map(|l| l.trim().to_string()).collect::<Vec<_>>();
+    let (rc, out) = fi_info(&["-p", "droce", "-t", "FI_EP_MSG", "-v"]);
+    assert_eq!(rc, Some(0), "{out}");
+    let l = limits(&out);
+    assert!(!l.is_empty() && l.iter().all(|l| l == "iov_limit: 8"), "{l:?}\n{out}");
+
+    let child = fi_cmd("fi_info", &unique("info")).env("DROCE_IOV_LIMIT", "4").args(["-p", "droce", "-t", "FI_EP_MSG", "-v"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (rc, out) = wait_bounded(child, Duration::from_secs(30));
+    assert_eq!(rc, Some(0), "{out}");
+    let l = limits(&out);
+    assert!(!l.is_empty() && l.iter().all(|l| l == "iov_limit: 4"), "{l:?}\n{out}");
+
+    let child = fi_cmd("fi_info", &unique("info")).env("DROCE_IOV_LIMIT", "12").args(["-p", "droce", "-t", "FI_EP_MSG", "-v"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (rc, out) = wait_bounded(child, Duration::from_secs(30));
+    assert_eq!(rc, Some(0), "{out}");
+    assert!(out.contains("DROCE_IOV_LIMIT='12': want 1..=8; iov_limit stays 8"), "{out}");
+    assert!(limits(&out).iter().all(|l| l == "iov_limit: 8"), "{out}");
+}
+
+#[test]
 fn unsupported_hints_give_no_core_answer() {
     // tagged messages exist only through ofi_rxm; the core provider must not claim them
     let (_, out) = fi_info(&["-p", "droce", "-t", "FI_EP_MSG", "-c", "FI_TAGGED"]);

@@ -85,11 +85,20 @@ unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut f
     mr
 }
 
+/// The provider environment, set once for the process before any libfabric call (the tests of
+/// this file share one zero-config link: the engine is one per process).
+fn provider_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var("FI_PROVIDER_PATH", common::provider_dir());
+        std::env::set_var("FI_PROVIDER", "droce");
+        std::env::set_var("DROCE_LINK", common::unique("msgapi"));
+    });
+}
+
 #[test]
 fn self_connect_send_rma_writedata_reject_shutdown() {
-    std::env::set_var("FI_PROVIDER_PATH", common::provider_dir());
-    std::env::set_var("FI_PROVIDER", "droce");
-    std::env::set_var("DROCE_LINK", common::unique("msgapi"));
+    provider_env();
     unsafe {
         let hints = fi_dupinfo(null());
         (*hints).caps = (FI_MSG | FI_RMA) as u64;
@@ -260,6 +269,238 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         }
 
         for f in [&mut (*ep_c).fid as *mut fid, &mut (*ep_g).fid, &mut (*ep_a).fid, &mut (*ep_b).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*pep).fid, &mut (*cq_a).fid, &mut (*cq_b).fid, &mut (*domain).fid, &mut (*eq).fid, &mut (*fabric).fid] {
+            assert_eq!(fidcall!(f, close()), 0);
+        }
+        fi_freeinfo(info);
+        fi_freeinfo(hints);
+    }
+}
+
+unsafe fn cntr_open(domain: *mut fid_domain) -> *mut fid_cntr {
+    let mut attr: fi_cntr_attr = std::mem::zeroed();
+    attr.events = FI_CNTR_EVENTS_COMP;
+    attr.wait_obj = FI_WAIT_UNSPEC;
+    let mut c: *mut fid_cntr = null_mut();
+    assert_eq!(call!(domain, ops.cntr_open(&mut attr, &mut c, null_mut())), 0, "fi_cntr_open");
+    c
+}
+
+/// Reads `c` (which drives progress) until it reaches `want`, within the deadline.
+unsafe fn cntr_until(c: *mut fid_cntr, want: u64, what: &str) {
+    let start = Instant::now();
+    loop {
+        let v = call!(c, ops.read());
+        if v >= want {
+            assert_eq!(v, want, "{what}: counter overshot");
+            return;
+        }
+        assert!(start.elapsed() < DEADLINE, "{what}: counter at {v}, want {want}");
+    }
+}
+
+/// Nothing more on `cq` for a while (each read drives progress).
+unsafe fn cq_stays_empty(cq: *mut fid_cq, what: &str) {
+    let mut e: fi_cq_data_entry = std::mem::zeroed();
+    for _ in 0..2000 {
+        let n = call!(cq, ops.read(&mut e as *mut _ as *mut c_void, 1));
+        assert_eq!(n, -(FI_EAGAIN as isize), "{what}: unexpected entry, context {:#x}", e.op_context as usize);
+    }
+}
+
+fn word(b: &[u8]) -> u64 {
+    u64::from_ne_bytes(b[..8].try_into().unwrap())
+}
+
+/// The vector, message and inject forms of the RoCE atomics, the counters each kind of
+/// operation moves (fi_endpoint(3): base atomics and writes FI_WRITE, fetching and compare
+/// atomics and reads FI_READ), selective completion on both sides of an endpoint, and
+/// fi_cq_signal waking a blocked fi_cq_sread.
+#[test]
+fn atomic_forms_counters_selective_completion_and_cq_signal() {
+    provider_env();
+    unsafe {
+        let hints = fi_dupinfo(null());
+        (*hints).caps = (FI_MSG | FI_RMA | FI_ATOMIC) as u64;
+        (*hints).mode = FI_RX_CQ_DATA;
+        (*(*hints).ep_attr).type_ = FI_EP_MSG;
+        (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) as i32;
+        (*(*hints).fabric_attr).prov_name = libc::strdup(c"droce".as_ptr());
+        let mut info: *mut fi_info = null_mut();
+        assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut info), 0, "fi_getinfo");
+        assert_eq!((*(*info).ep_attr).max_order_war_size, 0, "no FI_ORDER_WAR, no WAR size");
+
+        let mut fabric: *mut fid_fabric = null_mut();
+        assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
+        let mut eq_attr: fi_eq_attr = std::mem::zeroed();
+        eq_attr.wait_obj = FI_WAIT_NONE;
+        let mut eq: *mut fid_eq = null_mut();
+        assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
+        let mut domain: *mut fid_domain = null_mut();
+        assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+        let mut cq_attr: fi_cq_attr = std::mem::zeroed();
+        cq_attr.format = FI_CQ_FORMAT_DATA;
+        cq_attr.size = 128;
+        cq_attr.wait_obj = FI_WAIT_UNSPEC;
+        let (mut cq_a, mut cq_b): (*mut fid_cq, *mut fid_cq) = (null_mut(), null_mut());
+        assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq_a, null_mut())), 0);
+        assert_eq!(call!(domain, ops.cq_open(&mut cq_attr, &mut cq_b, null_mut())), 0);
+
+        let mut pep: *mut fid_pep = null_mut();
+        assert_eq!(call!(fabric, ops.passive_ep(info, &mut pep, null_mut())), 0);
+        assert_eq!(fidcall!(&mut (*pep).fid, bind(&mut (*eq).fid, 0)), 0);
+        assert_eq!(call!(pep, cm.listen()), 0);
+        let mut name = [0u8; 64];
+        let mut len = name.len();
+        assert_eq!(((*(*pep).cm).getname.unwrap())(&mut (*pep).fid, name.as_mut_ptr() as *mut c_void, &mut len), 0);
+
+        // A: transmit completions only when asked; B: receive completions only when asked
+        let mut ep_a: *mut fid_ep = null_mut();
+        assert_eq!(call!(domain, ops.endpoint(info, &mut ep_a, 0xa as *mut c_void)), 0);
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*eq).fid, 0)), 0);
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cq_a).fid, FI_TRANSMIT as u64 | FI_SELECTIVE_COMPLETION)), 0);
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cq_a).fid, FI_RECV as u64)), 0);
+        let (cw, cr, cs) = (cntr_open(domain), cntr_open(domain), cntr_open(domain));
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cw).fid, FI_WRITE as u64)), 0);
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cr).fid, FI_READ as u64)), 0);
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cs).fid, FI_SEND as u64)), 0);
+        // remote-access counters would need FI_RMA_EVENT, which droce does not offer
+        assert_eq!(fidcall!(&mut (*ep_a).fid, bind(&mut (*cw).fid, FI_REMOTE_WRITE as u64)), -(FI_ENOSYS as i32));
+        assert_eq!(fidcall!(&mut (*ep_a).fid, control(FI_ENABLE as i32, null_mut())), 0);
+        assert_eq!(call!(ep_a, cm.connect(name.as_ptr() as *const c_void, null(), 0)), 0);
+        let (ev, _, req_info, _) = eq_event(eq);
+        assert_eq!(ev, FI_CONNREQ);
+        let mut ep_b: *mut fid_ep = null_mut();
+        assert_eq!(call!(domain, ops.endpoint(req_info, &mut ep_b, 0xb as *mut c_void)), 0);
+        fi_freeinfo(req_info);
+        assert_eq!(fidcall!(&mut (*ep_b).fid, bind(&mut (*eq).fid, 0)), 0);
+        assert_eq!(fidcall!(&mut (*ep_b).fid, bind(&mut (*cq_b).fid, FI_TRANSMIT as u64)), 0);
+        assert_eq!(fidcall!(&mut (*ep_b).fid, bind(&mut (*cq_b).fid, FI_RECV as u64 | FI_SELECTIVE_COMPLETION)), 0);
+        assert_eq!(fidcall!(&mut (*ep_b).fid, control(FI_ENABLE as i32, null_mut())), 0);
+
+        let mut rx = vec![0u8; 8192];
+        let mut tx = vec![0u8; 8192];
+        let mr_rx = mr_reg(domain, &mut rx, (FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ) as u64);
+        let mr_tx = mr_reg(domain, &mut tx, (FI_SEND | FI_READ | FI_WRITE) as u64);
+        let (desc_rx, mut desc_tx) = ((*mr_rx).mem_desc, (*mr_tx).mem_desc);
+        assert_eq!(call!(ep_b, cm.accept(null(), 0)), 0);
+        for _ in 0..2 {
+            assert_eq!(eq_event(eq).0, FI_CONNECTED);
+        }
+
+        let key = (*mr_rx).key;
+        let target = rx.as_ptr() as u64;
+        rx[..8].copy_from_slice(&100u64.to_ne_bytes());
+        let one = |p: *mut c_void| fi_ioc { addr: p, count: 1 };
+
+        // fi_atomicv: selective, so no entry; the FI_WRITE counter moves
+        let mut v5 = 5u64;
+        let iov = one(&mut v5 as *mut u64 as *mut c_void);
+        let mut d = null_mut();
+        assert_eq!(call!(ep_a, atomic.writev(&iov, &mut d, 1, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_SUM, 0x10 as *mut c_void)), 0);
+        cntr_until(cw, 1, "fi_atomicv");
+        assert_eq!(word(&rx), 105);
+        // two ioc entries or two elements: not a RoCE atomic
+        let two = [iov, iov];
+        let mut dd = [null_mut(), null_mut()];
+        assert_eq!(call!(ep_a, atomic.writev(two.as_ptr(), dd.as_mut_ptr(), 2, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_SUM, null_mut())), -(FI_EINVAL as isize));
+        let wide = fi_ioc { addr: iov.addr, count: 2 };
+        assert_eq!(call!(ep_a, atomic.writev(&wide, &mut d, 1, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_SUM, null_mut())), -(FI_EOPNOTSUPP as isize));
+
+        // fi_atomicmsg with FI_COMPLETION: an entry with its context
+        let mut v1 = 1u64;
+        let iov1 = one(&mut v1 as *mut u64 as *mut c_void);
+        let rma = fi_rma_ioc { addr: target, count: 1, key };
+        let msg = fi_msg_atomic { msg_iov: &iov1, desc: &mut d, iov_count: 1, addr: FI_ADDR_UNSPEC, rma_iov: &rma, rma_iov_count: 1, datatype: FI_UINT64, op: FI_SUM, context: 0x11 as *mut c_void, data: 0 };
+        assert_eq!(call!(ep_a, atomic.writemsg(&msg, FI_COMPLETION as u64)), 0);
+        let c = cq_wait(cq_a);
+        assert_eq!((c.op_context as usize, c.flags & (FI_ATOMIC | FI_WRITE) as u64), (0x11, (FI_ATOMIC | FI_WRITE) as u64));
+        cntr_until(cw, 2, "fi_atomicmsg");
+        assert_eq!(word(&rx), 106);
+
+        // fi_inject_atomic: the operand may change at once; no entry
+        let mut v10 = 10u64;
+        assert_eq!(call!(ep_a, atomic.inject(&v10 as *const u64 as *const c_void, 1, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_SUM)), 0);
+        v10 = 0;
+        cntr_until(cw, 3, "fi_inject_atomic");
+        assert_eq!(word(&rx), 116, "the injected operand was 10 ({v10} after the call)");
+
+        // fi_fetch_atomicv FI_ATOMIC_READ (no operand), selective: the FI_READ counter moves
+        let res = tx.as_mut_ptr() as *mut c_void;
+        let mut rio = one(res);
+        let mut rd = desc_tx;
+        assert_eq!(call!(ep_a, atomic.readwritev(null(), null_mut(), 0, &mut rio, &mut rd, 1, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_ATOMIC_READ, null_mut())), 0);
+        cntr_until(cr, 1, "fi_fetch_atomicv read");
+        assert_eq!(word(&tx), 116);
+        assert_eq!(word(&rx), 116, "an atomic read leaves the target alone");
+
+        // fi_fetch_atomicmsg FI_SUM with FI_COMPLETION
+        let mut v4 = 4u64;
+        let iov4 = one(&mut v4 as *mut u64 as *mut c_void);
+        let msg = fi_msg_atomic { msg_iov: &iov4, desc: &mut d, iov_count: 1, addr: FI_ADDR_UNSPEC, rma_iov: &rma, rma_iov_count: 1, datatype: FI_INT64, op: FI_SUM, context: 0x12 as *mut c_void, data: 0 };
+        assert_eq!(call!(ep_a, atomic.readwritemsg(&msg, &mut rio, &mut rd, 1, FI_COMPLETION as u64)), 0);
+        let c = cq_wait(cq_a);
+        assert_eq!((c.op_context as usize, c.flags & (FI_ATOMIC | FI_READ) as u64), (0x12, (FI_ATOMIC | FI_READ) as u64));
+        cntr_until(cr, 2, "fi_fetch_atomicmsg");
+        assert_eq!((word(&tx), word(&rx)), (116, 120));
+        // a fetching atomic cannot be an inject; a target of two elements is not a RoCE atomic
+        assert_eq!(call!(ep_a, atomic.readwritemsg(&msg, &mut rio, &mut rd, 1, FI_INJECT as u64)), -(FI_EINVAL as isize));
+        let rma2 = fi_rma_ioc { addr: target, count: 2, key };
+        let msg2 = fi_msg_atomic { rma_iov: &rma2, ..msg };
+        assert_eq!(call!(ep_a, atomic.readwritemsg(&msg2, &mut rio, &mut rd, 1, 0)), -(FI_EOPNOTSUPP as isize));
+
+        // fi_compare_atomicv (selective) then fi_compare_atomicmsg (FI_COMPLETION)
+        let (mut swap, mut cmp) = (7u64, 120u64);
+        let (sio, cio) = (one(&mut swap as *mut u64 as *mut c_void), one(&mut cmp as *mut u64 as *mut c_void));
+        let mut cd = null_mut();
+        assert_eq!(call!(ep_a, atomic.compwritev(&sio, &mut d, 1, &cio, &mut cd, 1, &mut rio, &mut rd, 1, FI_ADDR_UNSPEC, target, key, FI_UINT64, FI_CSWAP, null_mut())), 0);
+        cntr_until(cr, 3, "fi_compare_atomicv");
+        assert_eq!((word(&tx), word(&rx)), (120, 7), "swapped");
+        // no match (compare 1, target 7): the target keeps 7, not the swap value 9
+        std::ptr::write_volatile(&mut cmp, 1);
+        std::ptr::write_volatile(&mut swap, 9);
+        let msg = fi_msg_atomic { msg_iov: &sio, desc: &mut d, iov_count: 1, addr: FI_ADDR_UNSPEC, rma_iov: &rma, rma_iov_count: 1, datatype: FI_UINT64, op: FI_CSWAP, context: 0x13 as *mut c_void, data: 0 };
+        assert_eq!(call!(ep_a, atomic.compwritemsg(&msg, &cio, &mut cd, 1, &mut rio, &mut desc_tx, 1, FI_COMPLETION as u64)), 0);
+        assert_eq!(cq_wait(cq_a).op_context as usize, 0x13);
+        cntr_until(cr, 4, "fi_compare_atomicmsg");
+        assert_eq!((word(&tx), word(&rx)), (7, 7));
+        assert_eq!(call!(cw, ops.read()), 3, "no fetching atomic moved the FI_WRITE counter");
+        cq_stays_empty(cq_a, "selective transmit side");
+
+        // receive-side selective completion: a plain fi_recv completes silently, a recvmsg
+        // with FI_COMPLETION reports; both receive their data
+        let (r1, r2) = (rx.as_mut_ptr().add(1024), rx.as_mut_ptr().add(2048));
+        assert_eq!(call!(ep_b, msg.recv(r1 as *mut c_void, 512, desc_rx, FI_ADDR_UNSPEC, 0x21 as *mut c_void)), 0);
+        let mut riov = libc::iovec { iov_base: r2 as *mut c_void, iov_len: 512 };
+        let mut rdesc = desc_rx;
+        let rmsg = fi_msg { msg_iov: &mut riov as *mut libc::iovec as *const _, desc: &mut rdesc, iov_count: 1, addr: FI_ADDR_UNSPEC, context: 0x22 as *mut c_void, data: 0 };
+        assert_eq!(call!(ep_b, msg.recvmsg(&rmsg, FI_COMPLETION as u64)), 0);
+        tx[..512].fill(0xa1);
+        tx[512..1024].fill(0xb2);
+        assert_eq!(call!(ep_a, msg.send(tx.as_ptr() as *const c_void, 512, desc_tx, FI_ADDR_UNSPEC, null_mut())), 0);
+        assert_eq!(call!(ep_a, msg.send(tx.as_ptr().add(512) as *const c_void, 512, desc_tx, FI_ADDR_UNSPEC, null_mut())), 0);
+        cntr_until(cs, 2, "sends");
+        let r = cq_wait(cq_b);
+        assert_eq!((r.op_context as usize, r.len), (0x22, 512), "only the receive that asked reports");
+        cq_stays_empty(cq_b, "selective receive side");
+        assert!(rx[1024..1536].iter().all(|&b| b == 0xa1) && rx[2048..2560].iter().all(|&b| b == 0xb2));
+
+        // fi_cq_signal wakes a thread blocked in fi_cq_sread, which returns -FI_EAGAIN
+        let cq = cq_b as usize;
+        let t0 = Instant::now();
+        let h = std::thread::spawn(move || {
+            let cq = cq as *mut fid_cq;
+            let mut e: fi_cq_data_entry = std::mem::zeroed();
+            let r = call!(cq, ops.sread(&mut e as *mut _ as *mut c_void, 1, null(), 20_000));
+            (r, Instant::now())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(call!(cq_b, ops.signal()), 0);
+        let (r, woke) = h.join().unwrap();
+        assert_eq!(r, -(FI_EAGAIN as isize));
+        let after = woke.duration_since(t0);
+        assert!(after >= Duration::from_millis(200) && after < Duration::from_secs(10), "sread returned after {after:?}");
+
+        for f in [&mut (*ep_a).fid as *mut fid, &mut (*ep_b).fid, &mut (*mr_rx).fid, &mut (*mr_tx).fid, &mut (*cw).fid, &mut (*cr).fid, &mut (*cs).fid, &mut (*pep).fid, &mut (*cq_a).fid, &mut (*cq_b).fid, &mut (*domain).fid, &mut (*eq).fid, &mut (*fabric).fid] {
             assert_eq!(fidcall!(f, close()), 0);
         }
         fi_freeinfo(info);

@@ -325,6 +325,8 @@ pub(crate) struct CqObj {
     c: fid_cq,
     pub(crate) id: Id,
     format: fi_cq_format,
+    /// fi_cq_signal was called: the next (or current) fi_cq_sread returns -FI_EAGAIN.
+    wakeup: std::sync::atomic::AtomicBool,
 }
 const _: () = assert!(std::mem::offset_of!(CqObj, c) == 0);
 
@@ -345,7 +347,7 @@ static CQ_OPS: fi_ops_cq = fi_ops_cq {
     readerr: Some(cq_readerr),
     sread: Some(cq_sread),
     sreadfrom: Some(cq_sreadfrom),
-    signal: nosys!(fn(*mut fid_cq) -> c_int),
+    signal: Some(cq_signal),
     strerror: Some(cq_strerror),
 };
 
@@ -387,7 +389,7 @@ unsafe extern "C" fn cq_open(_d: *mut fid_domain, attr: *mut fi_cq_attr, cq: *mu
             // Nothing else moves the device while an application sleeps on the descriptor.
             start_auto_progress();
         }
-        let b = Box::new(CqObj { c: fid_cq { fid: fid { fclass: FI_CLASS_CQ as usize, context, ops: ops_ptr(&CQ_FI_OPS) }, ops: ops_ptr(&CQ_OPS) }, id, format: if format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { format } });
+        let b = Box::new(CqObj { c: fid_cq { fid: fid { fclass: FI_CLASS_CQ as usize, context, ops: ops_ptr(&CQ_FI_OPS) }, ops: ops_ptr(&CQ_OPS) }, id, format: if format == FI_CQ_FORMAT_UNSPEC { FI_CQ_FORMAT_CONTEXT } else { format }, wakeup: Default::default() });
         // SAFETY: out checked.
         unsafe { *cq = Box::into_raw(b) as *mut fid_cq };
         0
@@ -495,8 +497,10 @@ unsafe extern "C" fn cq_readfrom(cq: *mut fid_cq, buf: *mut c_void, count: usize
     guard(EOTHER_S, || cq_read_common(cq, buf, count, src))
 }
 
-/// Blocking read: progress and poll until an entry or the timeout (ms, < 0 = forever).
-fn sread_loop(timeout: c_int, mut f: impl FnMut() -> isize) -> isize {
+/// Blocking read: progress and poll until an entry, the timeout (ms, < 0 = forever) or
+/// `wakeup` (fi_cq_signal; taken back here), which end it with -FI_EAGAIN as libfabric's own
+/// CQs do.
+fn sread_loop(timeout: c_int, wakeup: Option<&std::sync::atomic::AtomicBool>, mut f: impl FnMut() -> isize) -> isize {
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     let mut spins = 0u32;
     loop {
@@ -505,6 +509,9 @@ fn sread_loop(timeout: c_int, mut f: impl FnMut() -> isize) -> isize {
             return r;
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
+            return -(FI_EAGAIN as isize);
+        }
+        if wakeup.is_some_and(|w| w.swap(false, std::sync::atomic::Ordering::AcqRel)) {
             return -(FI_EAGAIN as isize);
         }
         spins = spins.saturating_add(1);
@@ -517,11 +524,21 @@ fn sread_loop(timeout: c_int, mut f: impl FnMut() -> isize) -> isize {
 }
 
 unsafe extern "C" fn cq_sread(cq: *mut fid_cq, buf: *mut c_void, count: usize, _cond: *const c_void, timeout: c_int) -> isize {
-    guard(EOTHER_S, || sread_loop(timeout, || cq_read_common(cq, buf, count, ptr::null_mut())))
+    guard(EOTHER_S, || sread_loop(timeout, cq_obj(cq).map(|o| &o.wakeup), || cq_read_common(cq, buf, count, ptr::null_mut())))
 }
 
 unsafe extern "C" fn cq_sreadfrom(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_t, _cond: *const c_void, timeout: c_int) -> isize {
-    guard(EOTHER_S, || sread_loop(timeout, || cq_read_common(cq, buf, count, src)))
+    guard(EOTHER_S, || sread_loop(timeout, cq_obj(cq).map(|o| &o.wakeup), || cq_read_common(cq, buf, count, src)))
+}
+
+/// Wakes a thread blocked in fi_cq_sread/sreadfrom on this CQ (it returns -FI_EAGAIN); with
+/// none blocked, the next blocking read returns at once.
+unsafe extern "C" fn cq_signal(cq: *mut fid_cq) -> c_int {
+    guard(EOTHER_I, || {
+        let Some(o) = cq_obj(cq) else { return -(FI_EINVAL as c_int) };
+        o.wakeup.store(true, std::sync::atomic::Ordering::Release);
+        0
+    })
 }
 
 unsafe extern "C" fn cq_readerr(cq: *mut fid_cq, buf: *mut fi_cq_err_entry, _flags: u64) -> isize {
@@ -789,7 +806,7 @@ unsafe extern "C" fn eq_read(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void,
 }
 
 unsafe extern "C" fn eq_sread(eq: *mut fid_eq, event: *mut u32, buf: *mut c_void, len: usize, timeout: c_int, flags: u64) -> isize {
-    guard(EOTHER_S, || sread_loop(timeout, || eq_read_common(eq, event, buf, len, flags)))
+    guard(EOTHER_S, || sread_loop(timeout, None, || eq_read_common(eq, event, buf, len, flags)))
 }
 
 unsafe extern "C" fn eq_readerr(eq: *mut fid_eq, buf: *mut fi_eq_err_entry, _flags: u64) -> isize {
@@ -961,7 +978,7 @@ unsafe extern "C" fn cntr_seterr(c: *mut fid_cntr, v: u64) -> c_int {
 unsafe extern "C" fn cntr_wait(c: *mut fid_cntr, threshold: u64, timeout: c_int) -> c_int {
     guard(EOTHER_I, || {
         let mut errs = None;
-        let r = sread_loop(timeout, || {
+        let r = sread_loop(timeout, None, || {
             with_cntr(c, -(FI_EINVAL as isize), true, |c| {
                 if errs.is_none() {
                     errs = Some(c.err);

@@ -185,15 +185,15 @@ static TAGGED_OPS: fi_ops_tagged = fi_ops_tagged {
 static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
     size: std::mem::size_of::<fi_ops_atomic>(),
     write: Some(atomic_write),
-    writev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
-    writemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, u64) -> isize),
-    inject: nosys!(fn(*mut fid_ep, *const c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op) -> isize),
+    writev: Some(atomic_writev),
+    writemsg: Some(atomic_writemsg),
+    inject: Some(atomic_inject),
     readwrite: Some(atomic_readwrite),
-    readwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
-    readwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
+    readwritev: Some(atomic_readwritev),
+    readwritemsg: Some(atomic_readwritemsg),
     compwrite: Some(atomic_compwrite),
-    compwritev: nosys!(fn(*mut fid_ep, *const fi_ioc, *mut *mut c_void, usize, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, fi_addr_t, u64, u64, fi_datatype, fi_op, *mut c_void) -> isize),
-    compwritemsg: nosys!(fn(*mut fid_ep, *const fi_msg_atomic, *const fi_ioc, *mut *mut c_void, usize, *mut fi_ioc, *mut *mut c_void, usize, u64) -> isize),
+    compwritev: Some(atomic_compwritev),
+    compwritemsg: Some(atomic_compwritemsg),
     writevalid: Some(atomic_writevalid),
     readwritevalid: Some(atomic_readwritevalid),
     compwritevalid: Some(atomic_compwritevalid),
@@ -485,6 +485,11 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
             FI_CLASS_STX_CTX if ep.ty == pinfo::EpType::Msg => {}
             FI_CLASS_SRX_CTX | FI_CLASS_STX_CTX => return -(FI_ENOSYS as c_int),
             FI_CLASS_CNTR => {
+                if flags & (FI_REMOTE_READ | FI_REMOTE_WRITE) as u64 != 0 {
+                    // remote-access counters need FI_RMA_EVENT, which droce does not offer:
+                    // the responder's work leaves no trace the provider sees
+                    return -(FI_ENOSYS as c_int);
+                }
                 let c = &mut ep.cntrs;
                 if flags & FI_SEND as u64 != 0 {
                     c.send = Some(id);
@@ -497,12 +502,6 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                 }
                 if flags & FI_WRITE as u64 != 0 {
                     c.write = Some(id);
-                }
-                if flags & FI_REMOTE_READ as u64 != 0 {
-                    c.remote_read = Some(id);
-                }
-                if flags & FI_REMOTE_WRITE as u64 != 0 {
-                    c.remote_write = Some(id);
                 }
             }
             _ => return -(FI_EINVAL as c_int),
@@ -930,6 +929,14 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
         return -(FI_EOPBADSTATE as isize);
     }
     let multi = e.eps.get(&o.id).is_some_and(|x| x.ty == pinfo::EpType::Msg && flags.unwrap_or(x.rx_op_flags) & FI_MULTI_RECV as u64 != 0);
+    if !e.eps.contains_key(&o.id) && flags.unwrap_or(0) & FI_MULTI_RECV as u64 != 0 {
+        // a shared receive context (an SRQ) takes one message per receive
+        return -(FI_EOPNOTSUPP as isize);
+    }
+    // FI_SELECTIVE_COMPLETION on the receive binding: only receives that ask for it
+    // (FI_COMPLETION in their flags or the endpoint's op_flags) complete successfully to
+    // the CQ; a multi-receive buffer always reports (each message names its offset).
+    let report = multi || e.eps.get(&o.id).map_or(true, |x| !x.rx_selective || flags.unwrap_or(x.rx_op_flags) & FI_COMPLETION as u64 != 0);
     if multi && iov.len() != 1 {
         // one buffer that successive messages fill
         return -(FI_EINVAL as isize);
@@ -975,7 +982,7 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
         }
         bounce = Some(engine::Bounce { area, user: iov.to_vec() });
     }
-    let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report: true, tmp_mrs: tmp.clone(), bounce };
+    let op = Op { ep: o.id, kind: OpKind::Recv, context: context as usize, flags: FI_RECV as u64 | FI_MSG as u64, buf: first, len: total, report, tmp_mrs: tmp.clone(), bounce };
     let r = if multi {
         match segs.as_slice() {
             [s] => e.post_multi_recv(o.id, *s, op),
@@ -1137,14 +1144,19 @@ fn read_u64(p: *const c_void) -> Option<u64> {
 /// One RoCE atomic: FetchAdd (add) or CmpSwap (compare, swap); the 8-byte original lands in
 /// `result` (the application's, or a provider scratch word for fi_atomic).
 #[allow(clippy::too_many_arguments)]
-fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, kind: u64, operand: (u64, u64), result: Option<(u64, *mut c_void)>, addr: u64, key: u64, context: *mut c_void) -> isize {
+/// `flags`: fi_*msg's (None: the endpoint's transmit op_flags); FI_INJECT (or `inject`):
+/// no completion, the operand is read before the call returns anyway.
+fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, kind: u64, operand: (u64, u64), result: Option<(u64, *mut c_void)>, addr: u64, key: u64, context: *mut c_void, flags: Option<u64>, inject: bool) -> isize {
     if count != 1 || !pinfo::atomic_supported(datatype, op, kind) {
         return -(FI_EOPNOTSUPP as isize);
     }
     let Some(o) = ep_obj(ep) else { return -(FI_EINVAL as isize) };
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
-    let report = !x.tx_selective || x.tx_op_flags & FI_COMPLETION as u64 != 0;
+    let op_flags = flags.unwrap_or(x.tx_op_flags);
+    let inject = inject || op_flags & FI_INJECT as u64 != 0;
+    let report = !inject && (!x.tx_selective || op_flags & FI_COMPLETION as u64 != 0);
+    let context = if inject { ptr::null_mut() } else { context };
     let mut tmp = Vec::new();
     let mut bounce = None;
     let (seg, buf) = match result {
@@ -1183,7 +1195,7 @@ fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, 
 unsafe extern "C" fn atomic_write(ep: *mut fid_ep, buf: *const c_void, count: usize, _desc: *mut c_void, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
     guard(EOTHER_S, || {
         let Some(v) = read_u64(buf) else { return -(FI_EINVAL as isize) };
-        post_atomic(ep, count, datatype, op, 0, (v, 0), None, addr, key, context)
+        post_atomic(ep, count, datatype, op, 0, (v, 0), None, addr, key, context, None, false)
     })
 }
 
@@ -1199,7 +1211,7 @@ unsafe extern "C" fn atomic_readwrite(ep: *mut fid_ep, buf: *const c_void, count
         if result.is_null() {
             return -(FI_EINVAL as isize);
         }
-        post_atomic(ep, count, datatype, op, FI_FETCH_ATOMIC, (v, 0), Some((result as u64, result_desc)), addr, key, context)
+        post_atomic(ep, count, datatype, op, FI_FETCH_ATOMIC, (v, 0), Some((result as u64, result_desc)), addr, key, context, None, false)
     })
 }
 
@@ -1209,6 +1221,133 @@ unsafe extern "C" fn atomic_compwrite(ep: *mut fid_ep, buf: *const c_void, count
         if result.is_null() {
             return -(FI_EINVAL as isize);
         }
-        post_atomic(ep, count, datatype, op, FI_COMPARE_ATOMIC, (cmp, swap), Some((result as u64, result_desc)), addr, key, context)
+        post_atomic(ep, count, datatype, op, FI_COMPARE_ATOMIC, (cmp, swap), Some((result as u64, result_desc)), addr, key, context, None, false)
+    })
+}
+
+// The vector and message forms: a RoCE atomic moves one 8-byte element, so every ioc list
+// holds one entry of count 1 (writevalid and friends say count 1); the target is one
+// fi_rma_ioc.
+
+/// The single element of an ioc list of `n` entries: (its address, its count, its desc).
+fn one_ioc(iov: *const fi_ioc, desc: *mut *mut c_void, n: usize) -> Result<(*mut c_void, usize, *mut c_void), isize> {
+    if iov.is_null() || n != 1 {
+        return Err(-(FI_EINVAL as isize));
+    }
+    // SAFETY: the caller's list of `n` (= 1) entries.
+    let v = unsafe { &*iov };
+    Ok((v.addr, v.count, descs(desc, 1)[0]))
+}
+
+/// The target of a message form: one fi_rma_ioc of one element.
+fn atomic_target(m: &fi_msg_atomic) -> Result<(u64, u64), isize> {
+    if m.rma_iov.is_null() || m.rma_iov_count != 1 {
+        return Err(-(FI_EINVAL as isize));
+    }
+    // SAFETY: the message's one rma_iov entry.
+    let r = unsafe { &*m.rma_iov };
+    if r.count != 1 {
+        return Err(-(FI_EOPNOTSUPP as isize));
+    }
+    Ok((r.addr, r.key))
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+
+unsafe extern "C" fn atomic_writev(ep: *mut fid_ep, iov: *const fi_ioc, desc: *mut *mut c_void, count: usize, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        let (buf, n, _) = tri!(one_ioc(iov, desc, count));
+        let Some(v) = read_u64(buf) else { return -(FI_EINVAL as isize) };
+        post_atomic(ep, n, datatype, op, 0, (v, 0), None, addr, key, context, None, false)
+    })
+}
+
+unsafe extern "C" fn atomic_writemsg(ep: *mut fid_ep, msg: *const fi_msg_atomic, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let (buf, n, _) = tri!(one_ioc(m.msg_iov, m.desc, m.iov_count));
+        let (addr, key) = tri!(atomic_target(m));
+        let Some(v) = read_u64(buf) else { return -(FI_EINVAL as isize) };
+        post_atomic(ep, n, m.datatype, m.op, 0, (v, 0), None, addr, key, m.context, Some(flags), false)
+    })
+}
+
+unsafe extern "C" fn atomic_inject(ep: *mut fid_ep, buf: *const c_void, count: usize, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op) -> isize {
+    guard(EOTHER_S, || {
+        let Some(v) = read_u64(buf) else { return -(FI_EINVAL as isize) };
+        post_atomic(ep, count, datatype, op, 0, (v, 0), None, addr, key, ptr::null_mut(), None, true)
+    })
+}
+
+unsafe extern "C" fn atomic_readwritev(ep: *mut fid_ep, iov: *const fi_ioc, desc: *mut *mut c_void, count: usize, resultv: *mut fi_ioc, result_desc: *mut *mut c_void, result_count: usize, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        let (res, rn, rdesc) = tri!(one_ioc(resultv, result_desc, result_count));
+        // FI_ATOMIC_READ has no operand (its iov may be empty)
+        let (v, n) = if op == FI_ATOMIC_READ && (iov.is_null() || count == 0) {
+            (0, rn)
+        } else {
+            let (buf, n, _) = tri!(one_ioc(iov, desc, count));
+            let v = if op == FI_ATOMIC_READ { 0 } else { match read_u64(buf) { Some(v) => v, None => return -(FI_EINVAL as isize) } };
+            (v, n)
+        };
+        if res.is_null() || rn != n {
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, n, datatype, op, FI_FETCH_ATOMIC, (v, 0), Some((res as u64, rdesc)), addr, key, context, None, false)
+    })
+}
+
+unsafe extern "C" fn atomic_readwritemsg(ep: *mut fid_ep, msg: *const fi_msg_atomic, resultv: *mut fi_ioc, result_desc: *mut *mut c_void, result_count: usize, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let (res, rn, rdesc) = tri!(one_ioc(resultv, result_desc, result_count));
+        let (addr, key) = tri!(atomic_target(m));
+        let v = if m.op == FI_ATOMIC_READ { 0 } else {
+            let (buf, n, _) = tri!(one_ioc(m.msg_iov, m.desc, m.iov_count));
+            if n != rn {
+                return -(FI_EINVAL as isize);
+            }
+            match read_u64(buf) { Some(v) => v, None => return -(FI_EINVAL as isize) }
+        };
+        if res.is_null() || flags & FI_INJECT as u64 != 0 {
+            // a fetching atomic writes its result later: it cannot be an inject
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, rn, m.datatype, m.op, FI_FETCH_ATOMIC, (v, 0), Some((res as u64, rdesc)), addr, key, m.context, Some(flags), false)
+    })
+}
+
+unsafe extern "C" fn atomic_compwritev(ep: *mut fid_ep, iov: *const fi_ioc, desc: *mut *mut c_void, count: usize, comparev: *const fi_ioc, compare_desc: *mut *mut c_void, compare_count: usize, resultv: *mut fi_ioc, result_desc: *mut *mut c_void, result_count: usize, _dest: fi_addr_t, addr: u64, key: u64, datatype: fi_datatype, op: fi_op, context: *mut c_void) -> isize {
+    guard(EOTHER_S, || {
+        let (buf, n, _) = tri!(one_ioc(iov, desc, count));
+        let (cmp, cn, _) = tri!(one_ioc(comparev, compare_desc, compare_count));
+        let (res, rn, rdesc) = tri!(one_ioc(resultv, result_desc, result_count));
+        let (Some(swap), Some(cmp)) = (read_u64(buf), read_u64(cmp)) else { return -(FI_EINVAL as isize) };
+        if res.is_null() || cn != n || rn != n {
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, n, datatype, op, FI_COMPARE_ATOMIC, (cmp, swap), Some((res as u64, rdesc)), addr, key, context, None, false)
+    })
+}
+
+unsafe extern "C" fn atomic_compwritemsg(ep: *mut fid_ep, msg: *const fi_msg_atomic, comparev: *const fi_ioc, compare_desc: *mut *mut c_void, compare_count: usize, resultv: *mut fi_ioc, result_desc: *mut *mut c_void, result_count: usize, flags: u64) -> isize {
+    guard(EOTHER_S, || {
+        let Some(m) = opt(msg) else { return -(FI_EINVAL as isize) };
+        let (buf, n, _) = tri!(one_ioc(m.msg_iov, m.desc, m.iov_count));
+        let (cmp, cn, _) = tri!(one_ioc(comparev, compare_desc, compare_count));
+        let (res, rn, rdesc) = tri!(one_ioc(resultv, result_desc, result_count));
+        let (addr, key) = tri!(atomic_target(m));
+        let (Some(swap), Some(cmp)) = (read_u64(buf), read_u64(cmp)) else { return -(FI_EINVAL as isize) };
+        if res.is_null() || cn != n || rn != n || flags & FI_INJECT as u64 != 0 {
+            return -(FI_EINVAL as isize);
+        }
+        post_atomic(ep, n, m.datatype, m.op, FI_COMPARE_ATOMIC, (cmp, swap), Some((res as u64, rdesc)), addr, key, m.context, Some(flags), false)
     })
 }

@@ -244,7 +244,7 @@ pub(crate) fn make_info(i: &Info) -> *mut fi_info {
         e.max_msg_size = i.max_msg_size as usize;
         e.msg_prefix_size = i.msg_prefix_size as usize;
         e.max_order_raw_size = i.max_msg_size as usize;
-        e.max_order_war_size = i.max_msg_size as usize;
+        e.max_order_war_size = 0; // no FI_ORDER_WAR: a READ may pass a WRITE
         e.max_order_waw_size = i.max_msg_size as usize;
         e.tx_ctx_cnt = if i.shared_tx { FI_SHARED_CONTEXT as usize } else { 1 };
         e.rx_ctx_cnt = if i.shared_rx { FI_SHARED_CONTEXT as usize } else { 1 };

@@ -57,7 +57,7 @@ pub fn have(tool: &str) -> bool {
 pub fn fi_cmd(tool: &str, link: &str) -> Command {
     let mut c = Command::new(tool);
     c.env("FI_PROVIDER_PATH", provider_dir()).env("FI_PROVIDER", "droce").env("DROCE_LINK", link);
-    for v in ["DROCE_CONF", "DROCE_PROGRESS", "DROCE_FAULTS", "DROCE_PCAP", "DROCE_EAL", "FI_LOG_LEVEL"] {
+    for v in ["DROCE_CONF", "DROCE_PROGRESS", "DROCE_FAULTS", "DROCE_PCAP", "DROCE_EAL", "DROCE_IOV_LIMIT", "FI_LOG_LEVEL"] {
         c.env_remove(v);
     }
     c
