@@ -16,6 +16,9 @@
 #                tcp and tcp;ofi_rxm, droce's MR modes (no FI_MR_LOCAL for the atomic
 #                blocks: a fabtests bug, see below), modes FI_CONTEXT and FI_RX_CQ_DATA)
 #   --out DIR    keep runfabtests' verbose logs there (default: a new directory under /tmp)
+#   --iov8       run the complex set at droce's own iov_limit (8), with the others; by default
+#                it runs on its own with DROCE_IOV_LIMIT=4 (tcp's limit), for an ubertest bug
+#                (see run_one below)
 #
 # Each provider's run happens in its own network and PID namespace (`unshare --net --pid`,
 # loopback only; runfabtests' cleanup kills every "fi_*" process it can see),
@@ -35,8 +38,9 @@ run_tcp=0
 prov_dir=
 cfg=
 out=
+iov8=0
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 while [ $# -gt 0 ]; do
     case $1 in
@@ -46,6 +50,7 @@ while [ $# -gt 0 ]; do
         --prov-dir) prov_dir=$2; shift 2 ;;
         --cfg) cfg=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --iov8) iov8=1; shift ;;
         -h|--help) usage ;;
         -*) echo "fabtests.sh: unknown option $1" >&2; usage ;;
         *) break ;;
@@ -97,26 +102,51 @@ if [ "$run_droce" = 1 ]; then
     cfg=$(cd "$(dirname "$cfg")" && pwd)/$(basename "$cfg")
 fi
 
-# run_one NAME: runs the suite for provider NAME in a new network namespace; the verbose
-# YAML log goes to $out/NAME.log
-run_one() {
-    local prov=$1 log=$out/$1.log extra="" link=""
-    local env="IPATH_NO_BACKTRACE=1"
+# run_sets NAME SETS ENV LOG: runfabtests.sh -t SETS for provider NAME in a new network and
+# PID namespace, with ENV (VAR=value ...) added; the verbose YAML log goes to LOG
+run_sets() {
+    local prov=$1 sets=$2 env="IPATH_NO_BACKTRACE=1 $3" log=$4 extra="" link=""
     if [ "$prov" = droce ]; then
         link=ft$$-$RANDOM
         env="$env FI_PROVIDER_PATH=$prov_dir DROCE_LINK=$link"
         extra="-u $cfg"
     fi
-    echo "== $prov: runfabtests.sh -t $sets (log $log)"
+    echo "== $prov: ${3:+$3 }runfabtests.sh -t $sets (log $log)"
     # -vv: the output of failing and not-run cases lands in the log (the reasons).
     # A PID namespace of its own too: runfabtests' cleanup SIGKILLs every process on the
     # machine whose name starts with "fi_" (ps | grep '^fi_' | xargs kill -9), which took
     # other users' fi_pingpong with it; inside the namespace it sees only its own.
     (cd "$ft/share/fabtests" &&
-        unshare --net --pid --fork --mount-proc bash -c "ip link set lo up && env -u FI_PROVIDER -u DROCE_CONF $env \
+        unshare --net --pid --fork --mount-proc bash -c "ip link set lo up && env -u FI_PROVIDER -u DROCE_CONF -u DROCE_IOV_LIMIT $env \
             PATH=$ft/bin:\$PATH runfabtests.sh -vv -p $ft/bin/ -t $sets $extra $prov") >"$log" 2>&1 || true
     # the run's zero-config lock files (/tmp/droce-<uid>/<link>.<slot>.lock), once free
     [ -n "$link" ] && remove_free_locks "/tmp/droce-$(id -u)/$link".*.lock
+    return 0
+}
+
+# run_one NAME: the sets for provider NAME, then its counts. For droce the complex set
+# (ubertest) runs on its own with DROCE_IOV_LIMIT=4, the tcp provider's limit: ubertest
+# (test_ctrl.c _ft_format_iov_weighted, v1.17.0 and libfabric main alike) rounds each iov
+# entry on its own, so from 5 entries on its sender posts a byte more or less than the
+# message (16 bytes over 6 entries: 17) and its own length check fails the test; every
+# other set keeps droce's limit of 8. --iov8 runs the complex set at 8 too.
+run_one() {
+    local prov=$1 log=$out/$1.log
+    local -a parts
+    IFS=, read -r -a parts <<<"$(echo "$sets" | sed 's/\ball\b/unit,regression,functional,standard,complex,multinode/')"
+    if [ "$prov" = droce ] && [ "$iov8" = 0 ] && [[ " ${parts[*]} " == *" complex "* ]]; then
+        local rest
+        rest=$(printf '%s\n' "${parts[@]}" | grep -vx complex | paste -sd, -)
+        : >"$log"
+        if [ -n "$rest" ]; then
+            run_sets "$prov" "$rest" "" "$out/$prov.rest.log"
+            cat "$out/$prov.rest.log" >>"$log"
+        fi
+        run_sets "$prov" complex "DROCE_IOV_LIMIT=4" "$out/$prov.complex.log"
+        cat "$out/$prov.complex.log" >>"$log"
+    else
+        run_sets "$prov" "$sets" "" "$log"
+    fi
     summarize "$prov" "$log"
 }
 
@@ -135,6 +165,7 @@ summarize() {
             for (i = 1; i <= notrun; i++) printf "  notrun  %s\n", nr[i]
         }' "$log"
     grep -E '^# Total (Pass|Notrun|Fail)' "$log" | sed "s/^#/  ($prov, runfabtests' own count)/" || true
+    return 0
 }
 
 [ "$run_droce" = 1 ] && run_one droce
