@@ -132,6 +132,8 @@ pub struct Cntr {
 #[derive(Debug, Default)]
 pub struct Av {
     pub entries: Vec<Option<EpAddr>>,
+    /// The application inserted FI_SOCKADDR_IN6 names: lookups answer in that format.
+    pub in6: bool,
 }
 
 impl Av {
@@ -1505,7 +1507,11 @@ impl Engine {
                 eprintln!("droce-fi: error {:?} of an operation without completion or context: not reported", wc.status);
             }
         } else {
-            let olen = if wc.status == WcStatus::LocLenErr { (wc.byte_len as u64).saturating_sub(op.len) } else { 0 };
+            // bytes that did not fit: the message's length (a UD one counts the GRH, which a
+            // receive without FI_MSG_PREFIX took into its bounce area, not the application's
+            // buffer) beyond the buffer
+            let grh = if op.kind == OpKind::Recv && op.bounce.is_some() { info::UD_PREFIX } else { 0 };
+            let olen = if wc.status == WcStatus::LocLenErr { (wc.byte_len as u64).saturating_sub(grh).saturating_sub(op.len) } else { 0 };
             cq.q.push_error(CqError { entry: CqEntry { len: 0, ..entry }, err: wc_errno(wc.status), prov_errno: wc.status.value() as i32, olen });
         }
     }

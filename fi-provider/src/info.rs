@@ -18,6 +18,9 @@ pub const PROV_VERSION: u32 = 1;
 pub const MSG_MAX_MSG_SIZE: u64 = 1 << 31;
 /// UD: one packet; the 40-byte GRH prefix comes on top (FI_MSG_PREFIX).
 pub const UD_PREFIX: u64 = 40;
+/// UD: one packet of the smallest path MTU droce configures (Ethernet MTU 1500); a larger
+/// port MTU does not raise it (getinfo answers before any port is open).
+pub const DGRAM_MAX_MSG_SIZE: u64 = 1024;
 pub const TX_SIZE: u64 = 256;
 pub const RX_SIZE: u64 = 256;
 /// Most gather/scatter elements per request (the storage of a request's list); the limit
@@ -271,7 +274,7 @@ pub fn getinfo(q: &Query<'_>, hints: Option<&Hints>, local: &Local) -> Result<Ve
         }
         let (ours, max_msg, prefix, protocol, order) = match ep {
             EpType::Msg => (MSG_CAPS, MSG_MAX_MSG_SIZE, 0, fi::FI_PROTO_RDMA_CM_IB_RC, MSG_ORDER),
-            EpType::Dgram => (DGRAM_CAPS, 1024, UD_PREFIX, fi::FI_PROTO_IB_UD, DGRAM_ORDER),
+            EpType::Dgram => (DGRAM_CAPS, DGRAM_MAX_MSG_SIZE, UD_PREFIX, fi::FI_PROTO_IB_UD, DGRAM_ORDER),
         };
         if (h.tx_msg_order | h.rx_msg_order) & !order != 0 {
             continue;

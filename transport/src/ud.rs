@@ -101,8 +101,9 @@ pub(crate) fn receive<M: Memory>(
         wc.wc_flags.0 |= WcFlags::WITH_IMM.0;
     }
     if total as u64 > wqe.len {
+        // byte_len is undefined on error in verbs; the message's length (GRH included) lets
+        // a consumer say how much did not fit
         wc.status = WcStatus::LocLenErr;
-        wc.byte_len = 0;
     } else {
         // The GRH as rxe writes it: for IPv4 the 20-byte IP header fills the last 20 bytes.
         let mut grh = [0u8; GRH_LEN];

@@ -95,7 +95,9 @@ fn ud_short_receive_buffer_is_length_error() {
     let d = p.ud_dest(true, qb, QK);
     p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Send).with_sge(MEM_BASE, 6, la).with_ud(d)).unwrap();
     p.run_idle(10_000);
-    assert_eq!(p.b.poll().unwrap().status, WcStatus::LocLenErr);
+    let wc = p.b.poll().unwrap();
+    assert_eq!(wc.status, WcStatus::LocLenErr);
+    assert_eq!(wc.byte_len, 40 + 6, "the message's length, GRH included (what did not fit is byte_len - 45)");
     // No receive posted: dropped silently (UD has no RNR).
     p.a.dev.post_send(qa, SendWr::new(4, SendOpcode::Send).with_sge(MEM_BASE, 6, la).with_ud(d)).unwrap();
     p.run_idle(10_000);

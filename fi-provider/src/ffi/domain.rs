@@ -977,12 +977,15 @@ unsafe extern "C" fn cntr_seterr(c: *mut fid_cntr, v: u64) -> c_int {
 }
 unsafe extern "C" fn cntr_wait(c: *mut fid_cntr, threshold: u64, timeout: c_int) -> c_int {
     guard(EOTHER_I, || {
+        // The error count when the call began (fi_cntr(3): any change ends the wait), read
+        // before the first progress step, which may be the one that brings the error.
         let mut errs = None;
+        with_cntr(c, 0, false, |c| {
+            errs = Some(c.err);
+            0
+        });
         let r = sread_loop(timeout, None, || {
             with_cntr(c, -(FI_EINVAL as isize), true, |c| {
-                if errs.is_none() {
-                    errs = Some(c.err);
-                }
                 if c.value >= threshold {
                     0
                 } else if Some(c.err) != errs {
@@ -1081,6 +1084,9 @@ unsafe extern "C" fn av_insert(av: *mut fid_av, addr: *const c_void, count: usiz
         let mut n = 0;
         for i in 0..count {
             let a = read_sockaddr(p as *const c_void);
+            if is_in6(p as *const c_void) {
+                t.in6 = true;
+            }
             let out = match a {
                 Some(mut a) => {
                     a.sa.set_ip(addr::canon(local.resolve_dst(a.sa.ip())));
@@ -1093,7 +1099,8 @@ unsafe extern "C" fn av_insert(av: *mut fid_av, addr: *const c_void, count: usiz
                 // SAFETY: fi_addr has room for `count` addresses.
                 unsafe { *fi_addr.add(i) = out };
             }
-            let step = if a.is_some_and(|a| a.sa.is_ipv6()) { crate::addr::SOCKADDR_IN6_LEN } else { crate::addr::SOCKADDR_IN_LEN };
+            // the caller's format decides the size, not the address (an IPv4-mapped IN6 name)
+            let step = if is_in6(p as *const c_void) { crate::addr::SOCKADDR_IN6_LEN } else { crate::addr::SOCKADDR_IN_LEN };
             // SAFETY: consecutive addresses of the same format.
             p = unsafe { p.add(step) };
         }
@@ -1142,8 +1149,10 @@ unsafe extern "C" fn av_lookup(av: *mut fid_av, fi_addr: fi_addr_t, addr: *mut c
     guard(EOTHER_I, || {
         let Some(id) = av_id(av) else { return -(FI_EINVAL as c_int) };
         let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
+        let t_in6 = e.avs.get(&id).is_some_and(|t| t.in6);
         match e.avs.get(&id).and_then(|t| t.lookup(fi_addr)) {
-            Some(a) => write_out(addr, addrlen, &a.to_bytes(false)),
+            // in the format the application inserted
+            Some(a) => write_out(addr, addrlen, &a.to_bytes(t_in6)),
             None => -(FI_ENODATA as c_int),
         }
     })
@@ -1152,7 +1161,7 @@ unsafe extern "C" fn av_lookup(av: *mut fid_av, fi_addr: fi_addr_t, addr: *mut c
 unsafe extern "C" fn av_straddr(_av: *mut fid_av, addr: *const c_void, buf: *mut c_char, len: *mut usize) -> *const c_char {
     guard(ptr::null(), || {
         let s = match read_sockaddr(addr) {
-            Some(a) => a.to_string_uri(false),
+            Some(a) => a.to_string_uri(is_in6(addr)),
             None => "fi_addr_unknown".to_string(),
         };
         let mut b = s.into_bytes();

@@ -881,6 +881,14 @@ fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], dest: u64,
     if inject && total > pinfo::INJECT_SIZE {
         return -(FI_EMSGSIZE as isize);
     }
+    if x.ty == pinfo::EpType::Dgram && total > pinfo::DGRAM_MAX_MSG_SIZE {
+        // the advertised max_msg_size, whatever the port's MTU
+        return -(FI_EMSGSIZE as isize);
+    }
+    if iov.len() as u64 > pinfo::iov_limit() {
+        // checked here too: the inline copy below builds no scatter list
+        return -(FI_EINVAL as isize);
+    }
     let mut tmp = Vec::new();
     // Small sends and writes go inline: copied now, the buffer is free when the call returns.
     let inline = !matches!(kind, Tx::Read(..)) && total <= pinfo::INJECT_SIZE && e.bounce.is_some();

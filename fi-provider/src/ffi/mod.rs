@@ -102,6 +102,13 @@ pub(crate) fn read_addr(p: *const c_void, len: usize) -> Option<EpAddr> {
 }
 
 /// Reads an address whose length the format decides (fi_connect, fi_av_insert).
+/// Whether the sockaddr at `p` is an AF_INET6 one (the caller's format, whatever the address:
+/// an IPv4-mapped name parses as IPv4 but takes SOCKADDR_IN6_LEN bytes).
+pub(crate) fn is_in6(p: *const c_void) -> bool {
+    // SAFETY: every sockaddr starts with a 2-byte family.
+    !p.is_null() && unsafe { ptr::read_unaligned(p as *const u16) } == libc::AF_INET6 as u16
+}
+
 pub(crate) fn read_sockaddr(p: *const c_void) -> Option<EpAddr> {
     if p.is_null() {
         return None;
