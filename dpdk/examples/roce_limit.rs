@@ -14,7 +14,9 @@
 //! roce_limit -l 1 --no-huge -m 1024 --no-pci --no-shconf --file-prefix=tx \
 //!     --vdev=net_memif0,role=client,socket=/tmp/l.sock,socket-abstract=no -- tx 5 1024
 //! ```
-//! App arguments: `tx|rx SECONDS MTU [BURST=32]`. The receiver measures SECONDS from its
+//! App arguments: `tx|rx SECONDS MTU [BURST=32] [BUF_KIB=8192]`: BUF_KIB is the application
+//! buffer the payload is cycled through on each side (8 MiB: beyond the L2 cache, like a bulk
+//! transfer's region; 64: what `write_bw -s 65536` touches, for a like-for-like limit). The receiver measures SECONDS from its
 //! first frame and prints goodput (payload bytes/s), frames/s, wall ns per frame, CPU ns per
 //! frame (its thread's CPU time from /proc/thread-self/schedstat) and the ns per frame spent
 //! in the CRC + copy alone; the sender prints the same for its side. Run the sender longer
@@ -26,9 +28,9 @@ use droce_transport::wire::icrc::{crc32_update, LRH_SEED};
 const BURST_MAX: usize = 64;
 /// Eth 14 + IPv4 20 + UDP 8 + BTH 12: a RoCEv2 RDMA WRITE middle packet's headers.
 const HDR: usize = 54;
-/// The application buffers the payload comes from and goes to (cycled through): larger than
-/// the L2 cache, like a registered region of a bulk transfer.
-const BUF: usize = 8 << 20;
+/// The application buffers the payload comes from and goes to (cycled through), by default:
+/// larger than the L2 cache, like a registered region of a bulk transfer.
+const BUF_KIB_DEFAULT: usize = 8 << 10;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -41,13 +43,14 @@ fn main() {
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let eal = Eal::init(args)?;
     let app = eal.app_args().to_vec();
-    let usage = "app args: tx|rx SECONDS MTU [BURST=32]";
+    let usage = "app args: tx|rx SECONDS MTU [BURST=32] [BUF_KIB=8192]";
     let mode = app.first().ok_or(usage)?.clone();
     let secs: f64 = app.get(1).ok_or(usage)?.parse()?;
     let mtu: usize = app.get(2).ok_or(usage)?.parse()?;
     let burst: usize = app.get(3).map(|s| s.parse()).transpose()?.unwrap_or(32);
-    if !(1..=BURST_MAX).contains(&burst) || !(256..=4096).contains(&mtu) || mtu % 4 != 0 {
-        return Err(format!("burst 1..={BURST_MAX}, MTU 256..=4096 and a multiple of 4; {usage}").into());
+    let buf_len = app.get(4).map(|s| s.parse::<usize>()).transpose()?.unwrap_or(BUF_KIB_DEFAULT) * 1024;
+    if !(1..=BURST_MAX).contains(&burst) || !(256..=4096).contains(&mtu) || mtu % 4 != 0 || buf_len < mtu || buf_len > 1 << 30 {
+        return Err(format!("burst 1..={BURST_MAX}, MTU 256..=4096 and a multiple of 4, BUF_KIB from MTU/1024 to 1 GiB; {usage}").into());
     }
     let frame_len = HDR + mtu + 4;
     let data_room = if frame_len + 128 > 2048 { 9216 + 128 } else { MempoolConfig::default().data_room };
@@ -76,8 +79,8 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     hdr[42] = 0x07; // RC RDMA WRITE middle
     hdr[44..46].copy_from_slice(&0xffffu16.to_be_bytes());
 
-    let mut buf: Vec<u8> = (0..BUF).map(|i| (i * 131 + (i >> 12)) as u8).collect();
-    let slots = BUF / mtu;
+    let mut buf: Vec<u8> = (0..buf_len).map(|i| (i * 131 + (i >> 12)) as u8).collect();
+    let slots = buf_len / mtu;
     let tsc = Tsc::new();
     let q = QueueId(0);
     let mut batch: MbufBatch<BURST_MAX> = MbufBatch::new();
@@ -154,8 +157,9 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let cpu = thread_cpu_ns().saturating_sub(cpu0) as f64;
     let f = frames.max(1) as f64;
     println!(
-        "roce_limit {mode} mtu={mtu} frame={frame_len} burst={burst} secs={:.2} frames={frames} bad={bad} \
+        "roce_limit {mode} mtu={mtu} frame={frame_len} burst={burst} buf_kib={} secs={:.2} frames={frames} bad={bad} \
          goodput_MBps={:.1} mpps={:.3} wall_ns_per_frame={:.1} cpu_ns_per_frame={:.1} work_ns_per_frame={:.1}",
+        buf_len / 1024,
         ns / 1e9,
         frames as f64 * mtu as f64 / ns * 1e3,
         frames as f64 / ns * 1e3,
