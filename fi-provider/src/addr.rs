@@ -96,9 +96,14 @@ impl EpAddr {
     /// `fi_av_straddr` / log form: `fi_sockaddr_in://10.77.0.1:4791` (+ `/qpn`).
     pub fn to_string_uri(&self, v6: bool) -> String {
         let scheme = if v6 || self.sa.is_ipv6() { "fi_sockaddr_in6" } else { "fi_sockaddr_in" };
+        // an IPv4 address in IN6 form is IPv4-mapped, as libfabric prints it: [::ffff:a.b.c.d]
+        let sa = match self.sa {
+            SocketAddr::V4(a) if v6 => format!("[::ffff:{}]:{}", a.ip(), a.port()),
+            a => a.to_string(),
+        };
         match self.qpn {
-            Some(q) => format!("{scheme}://{}/qpn{q:#x}", self.sa),
-            None => format!("{scheme}://{}", self.sa),
+            Some(q) => format!("{scheme}://{sa}/qpn{q:#x}"),
+            None => format!("{scheme}://{sa}"),
         }
     }
 }

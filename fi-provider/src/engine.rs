@@ -132,18 +132,35 @@ pub struct Cntr {
 #[derive(Debug, Default)]
 pub struct Av {
     pub entries: Vec<Option<EpAddr>>,
-    /// The application inserted FI_SOCKADDR_IN6 names: lookups answer in that format.
-    pub in6: bool,
+    /// Per entry: inserted as an FI_SOCKADDR_IN6 name (lookups answer in the format inserted).
+    pub in6: Vec<bool>,
 }
 
 impl Av {
     pub fn insert(&mut self, a: EpAddr) -> u64 {
-        if let Some(i) = self.entries.iter().position(|e| e.is_none()) {
-            self.entries[i] = Some(a);
-            return i as u64;
+        self.insert_as(a, false)
+    }
+    /// Inserts `a`, remembering whether the application named it as a sockaddr_in6.
+    pub fn insert_as(&mut self, a: EpAddr, in6: bool) -> u64 {
+        let i = match self.entries.iter().position(|e| e.is_none()) {
+            Some(i) => {
+                self.entries[i] = Some(a);
+                i
+            }
+            None => {
+                self.entries.push(Some(a));
+                self.entries.len() - 1
+            }
+        };
+        if self.in6.len() <= i {
+            self.in6.resize(i + 1, false);
         }
-        self.entries.push(Some(a));
-        (self.entries.len() - 1) as u64
+        self.in6[i] = in6;
+        i as u64
+    }
+    /// Whether entry `fi_addr` was inserted as a sockaddr_in6.
+    pub fn is_in6(&self, fi_addr: u64) -> bool {
+        usize::try_from(fi_addr).ok().and_then(|i| self.in6.get(i)).copied().unwrap_or(false)
     }
     pub fn lookup(&self, fi_addr: u64) -> Option<EpAddr> {
         self.entries.get(usize::try_from(fi_addr).ok()?).copied().flatten()
@@ -1494,7 +1511,9 @@ impl Engine {
         let Some(cq) = cq.and_then(|c| self.cqs.get_mut(&c)) else { return };
         let entry = CqEntry { op_context: op.context, flags, len, buf: if op.kind == OpKind::Recv { op.buf } else { 0 }, data, src };
         if ok {
-            if op.report {
+            // remote CQ data always reaches the CQ: a receive that asked for no completion
+            // (selective) still carries the peer's data
+            if op.report || flags & fi::FI_REMOTE_CQ_DATA as u64 != 0 {
                 cq.q.push(entry);
             }
         } else if !op.report && op.context == 0 {

@@ -101,7 +101,13 @@ impl<E, X> Queue<E, X> {
             s.raise();
         }
     }
-    fn settle(&mut self) {
+    /// Makes the wait descriptor readable with nothing queued (fi_cq_signal); the next
+    /// [`Queue::settle`] on an empty queue (fi_trywait) takes it back.
+    pub fn poke(&mut self) {
+        self.wake();
+    }
+    /// With nothing queued, the wait descriptor is no longer readable.
+    pub fn settle(&mut self) {
         if self.ready.is_empty() && self.errors.is_empty() {
             if let Some(s) = &mut self.signal {
                 s.clear();

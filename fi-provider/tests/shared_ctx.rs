@@ -117,6 +117,10 @@ fn shared_receive_and_transmit_contexts() {
 
         // the shared contexts of the passive side
         let mut srx: *mut fid_ep = null_mut();
+        // an SRQ takes one message per receive: multi-receive op_flags are refused, not ignored
+        let mut multi = *(*info).rx_attr;
+        multi.op_flags |= FI_MULTI_RECV as u64;
+        assert_eq!(call!(domain, ops.srx_ctx(&mut multi, &mut srx, null_mut())), -(FI_EOPNOTSUPP as i32), "fi_srx_context with FI_MULTI_RECV");
         assert_eq!(call!(domain, ops.srx_ctx((*info).rx_attr, &mut srx, 0x5a as *mut c_void)), 0, "fi_srx_context");
         let mut stx: *mut fid_stx = null_mut();
         assert_eq!(call!(domain, ops.stx_ctx((*info).tx_attr, &mut stx, null_mut())), 0, "fi_stx_context");

@@ -57,6 +57,19 @@ pub(crate) fn start_auto_progress() {
     });
 }
 
+/// An empty CQ's wait descriptor made readable by fi_cq_signal is quiet again (fi_trywait
+/// found nothing to read).
+pub(crate) fn settle_if_empty(e: &mut Engine, f: *mut fid) {
+    let Some(fr) = opt(f) else { return };
+    if fr.fclass as u32 == FI_CLASS_CQ {
+        // SAFETY: an FI_CLASS_CQ fid of ours is the first field of a CqObj.
+        let id = unsafe { (*(f as *const CqObj)).id };
+        if let Some(c) = e.cqs.get_mut(&id) {
+            c.q.settle();
+        }
+    }
+}
+
 /// Whether `f` (a CQ, EQ or counter of ours) has something to read (fi_trywait).
 pub(crate) fn fid_has_data(e: &Engine, f: *mut fid) -> bool {
     let Some(fr) = opt(f) else { return false };
@@ -537,6 +550,12 @@ unsafe extern "C" fn cq_signal(cq: *mut fid_cq) -> c_int {
     guard(EOTHER_I, || {
         let Some(o) = cq_obj(cq) else { return -(FI_EINVAL as c_int) };
         o.wakeup.store(true, std::sync::atomic::Ordering::Release);
+        // and a thread in poll/epoll on the FD wait object (fi_trywait then clears it)
+        if let Some(mut e) = engine::engine_if_open() {
+            if let Some(c) = e.cqs.get_mut(&o.id) {
+                c.q.poke();
+            }
+        }
         0
     })
 }
@@ -1084,14 +1103,12 @@ unsafe extern "C" fn av_insert(av: *mut fid_av, addr: *const c_void, count: usiz
         let mut n = 0;
         for i in 0..count {
             let a = read_sockaddr(p as *const c_void);
-            if is_in6(p as *const c_void) {
-                t.in6 = true;
-            }
+            let in6 = is_in6(p as *const c_void);
             let out = match a {
                 Some(mut a) => {
                     a.sa.set_ip(addr::canon(local.resolve_dst(a.sa.ip())));
                     n += 1;
-                    t.insert(a)
+                    t.insert_as(a, in6)
                 }
                 None => ADDR_NOTAVAIL,
             };
@@ -1149,7 +1166,7 @@ unsafe extern "C" fn av_lookup(av: *mut fid_av, fi_addr: fi_addr_t, addr: *mut c
     guard(EOTHER_I, || {
         let Some(id) = av_id(av) else { return -(FI_EINVAL as c_int) };
         let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
-        let t_in6 = e.avs.get(&id).is_some_and(|t| t.in6);
+        let t_in6 = e.avs.get(&id).is_some_and(|t| t.is_in6(fi_addr));
         match e.avs.get(&id).and_then(|t| t.lookup(fi_addr)) {
             // in the format the application inserted
             Some(a) => write_out(addr, addrlen, &a.to_bytes(t_in6)),

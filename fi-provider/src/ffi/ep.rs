@@ -253,6 +253,10 @@ pub(crate) unsafe extern "C" fn srx_open(_d: *mut fid_domain, attr: *mut fi_rx_a
         if out.is_null() {
             return -(FI_EINVAL as c_int);
         }
+        if opt(attr).is_some_and(|a| a.op_flags & FI_MULTI_RECV as u64 != 0) {
+            // an SRQ takes one message per receive: no multi-receive buffers
+            return -(FI_EOPNOTSUPP as c_int);
+        }
         let size = opt(attr).map(|a| a.size).filter(|&n| n > 0).unwrap_or(pinfo::RX_SIZE as usize);
         let mut e = match engine_or(-(FI_ENODEV as c_int)) {
             Ok(e) => e,
@@ -816,19 +820,23 @@ fn segments(e: &mut Engine, iov: &[(u64, u64)], desc: &[*mut c_void], tmp: &mut 
     Ok(v)
 }
 
+/// The caller's list, at most one entry past the iov limit (enough for the limit check to
+/// refuse it; a wild count is not walked).
 fn iovs(iov: *const iovec, count: usize) -> Vec<(u64, u64)> {
     if iov.is_null() {
         return Vec::new();
     }
-    // SAFETY: `count` iovecs at iov.
+    let count = count.min(pinfo::IOV_LIMIT as usize + 1);
+    // SAFETY: the caller passes `count` (or more) iovecs at iov.
     unsafe { std::slice::from_raw_parts(iov, count) }.iter().map(|v| (v.iov_base as u64, v.iov_len as u64)).collect()
 }
 
 fn descs(desc: *mut *mut c_void, count: usize) -> Vec<*mut c_void> {
+    let count = count.min(pinfo::IOV_LIMIT as usize + 1);
     if desc.is_null() {
         return vec![ptr::null_mut(); count];
     }
-    // SAFETY: `count` descriptors at desc.
+    // SAFETY: the caller passes `count` (or more) descriptors at desc.
     unsafe { std::slice::from_raw_parts(desc, count) }.to_vec()
 }
 
@@ -876,8 +884,10 @@ fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], dest: u64,
     }
     let total: u64 = iov.iter().map(|v| v.1).sum();
     let op_flags = flags.unwrap_or(x.tx_op_flags);
-    let inject = inject || op_flags & FI_INJECT as u64 != 0;
+    // The fi_inject* calls complete nothing; the FI_INJECT flag only hands the buffer back at
+    // return (the data is copied now, within inject_size) and completes as any other op.
     let report = !inject && (!x.tx_selective || op_flags & FI_COMPLETION as u64 != 0);
+    let inject = inject || op_flags & FI_INJECT as u64 != 0;
     if inject && total > pinfo::INJECT_SIZE {
         return -(FI_EMSGSIZE as isize);
     }
@@ -973,8 +983,9 @@ fn post_rx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[*mut c_void], context: *
     let first = iov.first().map(|v| v.0).unwrap_or(0);
     let mut bounce = None;
     if e.eps.get(&o.id).is_some_and(|x| x.ty == pinfo::EpType::Dgram && !x.prefix) {
-        // No room for the GRH in the application's buffer: receive into our own.
-        let mut area = vec![0u8; (pinfo::UD_PREFIX + total) as usize].into_boxed_slice();
+        // No room for the GRH in the application's buffer: receive into our own, no larger
+        // than a UD packet can be (a 4096-byte path MTU) whatever the application's length.
+        let mut area = vec![0u8; (pinfo::UD_PREFIX + total.min(4096)) as usize].into_boxed_slice();
         let addr = area.as_mut_ptr() as u64;
         match register(&mut e, addr, area.len() as u64, AccessFlags::LOCAL_WRITE, true) {
             Ok(m) => {
@@ -1162,9 +1173,15 @@ fn post_atomic(ep: *mut fid_ep, count: usize, datatype: fi_datatype, op: fi_op, 
     let Some(mut e) = engine::engine_if_open() else { return -(FI_EOPBADSTATE as isize) };
     let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as isize) };
     let op_flags = flags.unwrap_or(x.tx_op_flags);
-    let inject = inject || op_flags & FI_INJECT as u64 != 0;
+    // fi_inject_atomic completes nothing; the FI_INJECT flag (the operand is read before the
+    // call returns anyway) completes as any other op
     let report = !inject && (!x.tx_selective || op_flags & FI_COMPLETION as u64 != 0);
     let context = if inject { ptr::null_mut() } else { context };
+    if addr % 8 != 0 {
+        // IBA 9.4.5: the target of a RoCE atomic is 8-byte aligned; the responder would
+        // answer with a NAK that ends the connection
+        return -(FI_EINVAL as isize);
+    }
     let mut tmp = Vec::new();
     let mut bounce = None;
     let (seg, buf) = match result {
@@ -1324,8 +1341,7 @@ unsafe extern "C" fn atomic_readwritemsg(ep: *mut fid_ep, msg: *const fi_msg_ato
             }
             match read_u64(buf) { Some(v) => v, None => return -(FI_EINVAL as isize) }
         };
-        if res.is_null() || flags & FI_INJECT as u64 != 0 {
-            // a fetching atomic writes its result later: it cannot be an inject
+        if res.is_null() {
             return -(FI_EINVAL as isize);
         }
         post_atomic(ep, rn, m.datatype, m.op, FI_FETCH_ATOMIC, (v, 0), Some((res as u64, rdesc)), addr, key, m.context, Some(flags), false)
@@ -1353,7 +1369,7 @@ unsafe extern "C" fn atomic_compwritemsg(ep: *mut fid_ep, msg: *const fi_msg_ato
         let (res, rn, rdesc) = tri!(one_ioc(resultv, result_desc, result_count));
         let (addr, key) = tri!(atomic_target(m));
         let (Some(swap), Some(cmp)) = (read_u64(buf), read_u64(cmp)) else { return -(FI_EINVAL as isize) };
-        if res.is_null() || cn != n || rn != n || flags & FI_INJECT as u64 != 0 {
+        if res.is_null() || cn != n || rn != n {
             return -(FI_EINVAL as isize);
         }
         post_atomic(ep, n, m.datatype, m.op, FI_COMPARE_ATOMIC, (cmp, swap), Some((res as u64, rdesc)), addr, key, m.context, Some(flags), false)

@@ -473,6 +473,10 @@ unsafe extern "C" fn trywait(_f: *mut fid_fabric, fids: *mut *mut fid, count: c_
                 return -(FI_EAGAIN as c_int);
             }
         }
+        for i in 0..count.max(0) as usize {
+            // SAFETY: as above.
+            domain::settle_if_empty(&mut e, unsafe { *fids.add(i) });
+        }
         0
     })
 }
