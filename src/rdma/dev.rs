@@ -436,17 +436,22 @@ impl Ctrl {
 
     /// Reads exactly `n` bytes. `what` names the message in errors.
     pub fn read(&mut self, n: usize, dev: &mut Dev, what: &str) -> R<Vec<u8>> {
+        /// Device polls per socket read while waiting (an idle poll is well under 1 us, so
+        /// the peer's message waits tens of microseconds at most).
+        const SOCKET_EVERY: u32 = 256;
         let mut buf = vec![0u8; n];
         let mut off = 0;
         let mut last = Instant::now();
         while off < n {
-            // a passive side waits here while the peer's test runs: keep the device going
-            // with few system calls (one socket read per 64 busy polls)
-            let mut busy = 0;
-            while busy < 64 && dev.progress() {
-                busy += 1;
+            // A passive side waits here while the peer's test runs (write_bw's server does all
+            // of the receive work in these polls): one socket read per SOCKET_EVERY polls,
+            // busy or idle. A read after every idle poll took half the receiver's CPU in
+            // write_bw (recv system calls between bursts) and made it the bottleneck.
+            let mut busy = false;
+            for _ in 0..SOCKET_EVERY {
+                busy |= dev.progress();
             }
-            if busy > 0 {
+            if busy {
                 last = Instant::now();
             }
             match self.s.read(&mut buf[off..]) {
@@ -456,9 +461,6 @@ impl Ctrl {
                     last = Instant::now();
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if dev.progress() {
-                        last = Instant::now();
-                    }
                     if last.elapsed() > self.timeout {
                         return Err(format!("timed out after {:?} waiting for {what} from the peer", self.timeout));
                     }
