@@ -97,8 +97,8 @@ for m in $MPIS; do
       [ -n "$d" ] && { echo "${d#* }" >>"$TMP/bd"; echo "${d% *}" >>"$TMP/ld"; }
       [ -n "$t" ] && { echo "${t#* }" >>"$TMP/bt"; echo "${t% *}" >>"$TMP/lt"; }
       if [ -n "$d" ] && [ -n "$t" ]; then
-        ratio "${d#* }" "${t#* }" >>"$TMP/br"
-        ratio "${d% *}" "${t% *}" >>"$TMP/lr"
+        { ratio "${d#* }" "${t#* }"; echo; } >>"$TMP/br"
+        { ratio "${d% *}" "${t% *}"; echo; } >>"$TMP/lr"
       fi
     done
     sp() { [ -s "$1" ] && sort -g "$1" | awk '{ v[NR] = $1 } END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%s (%s-%s)", m, v[1], v[NR] }' || echo -; }
