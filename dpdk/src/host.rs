@@ -1279,11 +1279,6 @@ fn ack_watchdog(m: &'static Mutex<Host>) {
 /// Set by the exit handler: the host's threads stop touching DPDK (whose destructors run next).
 static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// At process exit (before the libraries' destructors): the progress and watchdog threads
-/// check [`EXITING`] with the host lock held, so once this handler has set it and passed the
-/// lock neither calls into DPDK again. The lock is waited for at most 50 ms (an application
-/// thread may hold it while another exits). Then DPDK's interrupt thread is parked for good:
-/// nothing of DPDK runs during the destructors.
 /// Maps in every page of the memif shared regions (`memfd:memif_region_N`: rings and
 /// buffers) once, when a memif link comes up. The PMD maps them lazily and each process then
 /// faulted them in page by page on first use: the first ~1000 frames each way (one ring) ran at
@@ -1301,12 +1296,17 @@ fn populate_memif_regions() {
         if end <= start || done.contains(&(start, end)) {
             continue;
         }
-        if sys::populate_write(start, end - start, MADV_POPULATE_WRITE) {
+        if sys::madvise(start, end - start, MADV_POPULATE_WRITE) {
             done.push((start, end));
         }
     }
 }
 
+/// At process exit (before the libraries' destructors): the progress and watchdog threads
+/// check [`EXITING`] with the host lock held, so once this handler has set it and passed the
+/// lock neither calls into DPDK again. The lock is waited for at most 50 ms (an application
+/// thread may hold it while another exits). Then DPDK's interrupt thread is parked for good:
+/// nothing of DPDK runs during the destructors.
 extern "C" fn stop_threads() {
     EXITING.store(true, Ordering::SeqCst);
     if let Some(Ok(m)) = GLOBAL.get() {
@@ -1408,7 +1408,7 @@ mod sys {
     }
 
     /// madvise(addr, len, advice) for a range of this process's own mappings; true on success.
-    pub fn populate_write(addr: usize, len: usize, advice: libc::c_int) -> bool {
+    pub fn madvise(addr: usize, len: usize, advice: libc::c_int) -> bool {
         // SAFETY: a range /proc/self/maps lists as one of our shared mappings; populating
         // changes no byte of it (a range unmapped meanwhile only makes madvise fail).
         unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) == 0 }

@@ -101,7 +101,6 @@ pub(crate) fn read_addr(p: *const c_void, len: usize) -> Option<EpAddr> {
     EpAddr::from_bytes(b)
 }
 
-/// Reads an address whose length the format decides (fi_connect, fi_av_insert).
 /// Whether the sockaddr at `p` is an AF_INET6 one (the caller's format, whatever the address:
 /// an IPv4-mapped name parses as IPv4 but takes SOCKADDR_IN6_LEN bytes).
 pub(crate) fn is_in6(p: *const c_void) -> bool {
@@ -109,14 +108,13 @@ pub(crate) fn is_in6(p: *const c_void) -> bool {
     !p.is_null() && unsafe { ptr::read_unaligned(p as *const u16) } == libc::AF_INET6 as u16
 }
 
+/// Reads an address whose length the format decides (fi_connect, fi_av_insert).
 pub(crate) fn read_sockaddr(p: *const c_void) -> Option<EpAddr> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: every sockaddr starts with a 2-byte family; the family then says how many bytes
-    // the caller's buffer holds.
-    let fam = unsafe { ptr::read_unaligned(p as *const u16) };
-    let len = if fam == libc::AF_INET6 as u16 { crate::addr::SOCKADDR_IN6_LEN } else { crate::addr::SOCKADDR_IN_LEN };
+    // the family says how many bytes the caller's buffer holds
+    let len = if is_in6(p) { crate::addr::SOCKADDR_IN6_LEN } else { crate::addr::SOCKADDR_IN_LEN };
     read_addr(p, len)
 }
 
