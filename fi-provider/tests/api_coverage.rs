@@ -12,6 +12,7 @@
 
 #[macro_use]
 mod common;
+use common::{cq_wait, eq_event};
 use droce_fi::sys::*;
 use std::os::raw::{c_char, c_void};
 use std::process::Stdio;
@@ -184,45 +185,6 @@ unsafe fn new_ep(domain: *mut fid_domain, info: *mut fi_info, binds: &[(*mut fid
     }
     assert_eq!(fidcall!(fid(ep), control(FI_ENABLE as i32, null_mut())), 0, "fi_enable");
     ep
-}
-
-#[repr(C, align(8))]
-struct EqBuf([u8; 512]);
-
-unsafe fn eq_event(eq: *mut fid_eq) -> (u32, *mut fid, *mut fi_info, Vec<u8>) {
-    let mut buf = EqBuf([0; 512]);
-    let mut ev = 0u32;
-    let start = Instant::now();
-    loop {
-        let n = call!(eq, ops.read(&mut ev, buf.0.as_mut_ptr() as *mut c_void, buf.0.len(), 0));
-        if n > 0 {
-            let e = &*(buf.0.as_ptr() as *const fi_eq_cm_entry);
-            let hdr = std::mem::size_of::<fi_eq_cm_entry>();
-            let data = buf.0[hdr..n as usize].to_vec();
-            return (ev, e.fid, e.info, data);
-        }
-        assert_eq!(n, -(FI_EAGAIN as isize), "fi_eq_read");
-        assert!(start.elapsed() < DEADLINE, "no EQ event");
-    }
-}
-
-/// The next successful completion (panics on an error entry or after DEADLINE).
-unsafe fn cq_wait(cq: *mut fid_cq) -> fi_cq_data_entry {
-    let mut e: fi_cq_data_entry = std::mem::zeroed();
-    let start = Instant::now();
-    loop {
-        let n = call!(cq, ops.read(&mut e as *mut _ as *mut c_void, 1));
-        if n == 1 {
-            return e;
-        }
-        if n == -(FI_EAVAIL as isize) {
-            let mut x: fi_cq_err_entry = std::mem::zeroed();
-            call!(cq, ops.readerr(&mut x, 0));
-            panic!("CQ error entry: err {} prov_errno {} ctx {:?}", x.err, x.prov_errno, x.op_context);
-        }
-        assert_eq!(n, -(FI_EAGAIN as isize), "fi_cq_read");
-        assert!(start.elapsed() < DEADLINE, "no completion");
-    }
 }
 
 /// The next error entry (panics on a successful completion or after DEADLINE).

@@ -1,7 +1,7 @@
 //! Helpers for the tests that load the provider into the real libfabric (fi_info,
 //! fi_pingpong from libfabric-bin) with FI_PROVIDER_PATH pointing at cargo's cdylib.
 
-#![allow(dead_code, unused_macros)]
+#![allow(dead_code, unused_macros, unused_imports)]
 
 /// `call!(obj, table.op(args))`: the provider's op through the object's ops table, as the
 /// inline wrappers of libfabric's headers do.
@@ -116,4 +116,52 @@ pub fn result_rows(out: &str) -> Vec<(String, u64, String)> {
             }
         })
         .collect()
+}
+
+// ------------------------------------------------------------ through the libfabric API
+
+use droce_fi::sys::*;
+use std::os::raw::c_void;
+
+/// How long an API test waits for one event or completion.
+pub const API_DEADLINE: Duration = Duration::from_secs(30);
+
+#[repr(C, align(8))]
+pub struct EqBuf(pub [u8; 512]);
+
+/// The next EQ event: (event, fid, info, CM data after the fi_eq_cm_entry).
+pub unsafe fn eq_event(eq: *mut fid_eq) -> (u32, *mut fid, *mut fi_info, Vec<u8>) {
+    let mut buf = EqBuf([0; 512]);
+    let mut ev = 0u32;
+    let start = Instant::now();
+    loop {
+        let n = call!(eq, ops.read(&mut ev, buf.0.as_mut_ptr() as *mut c_void, buf.0.len(), 0));
+        if n > 0 {
+            let e = &*(buf.0.as_ptr() as *const fi_eq_cm_entry);
+            let hdr = std::mem::size_of::<fi_eq_cm_entry>();
+            let data = buf.0[hdr..n as usize].to_vec();
+            return (ev, e.fid, e.info, data);
+        }
+        assert_eq!(n, -(FI_EAGAIN as isize), "fi_eq_read");
+        assert!(start.elapsed() < API_DEADLINE, "no EQ event");
+    }
+}
+
+/// The next successful completion (panics on an error entry or after API_DEADLINE).
+pub unsafe fn cq_wait(cq: *mut fid_cq) -> fi_cq_data_entry {
+    let mut e: fi_cq_data_entry = std::mem::zeroed();
+    let start = Instant::now();
+    loop {
+        let n = call!(cq, ops.read(&mut e as *mut _ as *mut c_void, 1));
+        if n == 1 {
+            return e;
+        }
+        if n == -(FI_EAVAIL as isize) {
+            let mut x: fi_cq_err_entry = std::mem::zeroed();
+            call!(cq, ops.readerr(&mut x, 0));
+            panic!("CQ error entry: err {} prov_errno {} ctx {:?}", x.err, x.prov_errno, x.op_context);
+        }
+        assert_eq!(n, -(FI_EAGAIN as isize), "fi_cq_read");
+        assert!(start.elapsed() < API_DEADLINE, "no completion");
+    }
 }
