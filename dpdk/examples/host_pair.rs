@@ -1,11 +1,11 @@
-//! The process-wide droce host (`droce_dpdk::host::global`) in action: connect to every peer
+//! The process-wide droce host (`droce_dpdk::runtime::global`) in action: connect to every peer
 //! over RC through IB CM, send each a short text and a 200000-byte patterned message, check
 //! what arrives, print it.
 //!
 //! ```text
 //! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]
 //! ```
-//! Without `--peers` the peer is `127.0.0.1` resolved by `Host::resolve_dst`: the other end of
+//! Without `--peers` the peer is `127.0.0.1` resolved by `Runtime::resolve_dst`: the other end of
 //! the zero-config memif pair. On the zero-config mesh, `--peers 10.77.0.1,10.77.0.2,10.77.0.3`
 //! in three shells connects every process to every other (its own address is left out). The lower address of each pair connects, the higher accepts.
 //! Output (stdout), one line each: `role ...`, `got text '...' from IP`, `got 200000 bytes from
@@ -17,7 +17,7 @@
 //! elsewhere). The ACK it held must still leave: `quiet peer acknowledged in N ms` (an error
 //! when it took [`QUIET_ACK_LIMIT`] or more).
 
-use droce_dpdk::host::{self, Host};
+use droce_dpdk::runtime::{self, Runtime};
 use droce_dpdk::roce::cm::{to_init, CmAgentEvent, ConnId, ConnectParams};
 use droce_transport::qp::{QpCap, QpHandle, QpInitAttr, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
@@ -84,7 +84,7 @@ impl App {
     }
 
     /// A fresh RC QP in INIT with both receives posted.
-    fn new_qp(&mut self, h: &mut Host, i: usize) -> Result<QpHandle, String> {
+    fn new_qp(&mut self, h: &mut Runtime, i: usize) -> Result<QpHandle, String> {
         let dev = h.dev();
         let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, ..QpCap::default() };
         let qp = dev
@@ -101,7 +101,7 @@ impl App {
         Ok(qp)
     }
 
-    fn connect(&mut self, h: &mut Host, i: usize) -> Result<(), String> {
+    fn connect(&mut self, h: &mut Runtime, i: usize) -> Result<(), String> {
         let qp = self.new_qp(h, i)?;
         let (cm, dev) = h.cm_and_dev();
         let id = cm.connect(dev, SocketAddr::new(self.peers[i], self.port), qp, &ConnectParams::rping()).map_err(|e| format!("connect: {e}"))?;
@@ -109,7 +109,7 @@ impl App {
         Ok(())
     }
 
-    fn on_established(&mut self, h: &mut Host, i: usize) -> Result<(), String> {
+    fn on_established(&mut self, h: &mut Runtime, i: usize) -> Result<(), String> {
         self.st[i].established = true;
         let qp = self.st[i].qp.unwrap();
         // the path MTU IB CM settled on (the smaller of both ends'): the tests check it
@@ -142,7 +142,7 @@ pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool)
 /// [`run`] with the IB CM service port to listen on and connect to (a second exchange in the
 /// same process uses another).
 pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool, port: u16) -> Result<(), String> {
-    let g = host::global().map_err(|e| e.to_string())?;
+    let g = runtime::global().map_err(|e| e.to_string())?;
     let mut h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = h.local_ip();
     let peers = match peers_arg {
@@ -309,7 +309,7 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bo
             ping_posted = Some(Instant::now());
         }
         // the progress thread (DROCE_PROGRESS=thread) needs the lock too
-        if h.config().progress == host::Progress::Thread {
+        if h.config().progress == runtime::Progress::Thread {
             drop(h);
             std::thread::yield_now();
             h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -350,7 +350,7 @@ fn main() {
             }
         }
     }
-    if let Err(e) = host::global() {
+    if let Err(e) = runtime::global() {
         eprintln!("host_pair: {e}");
         std::process::exit(2);
     }

@@ -44,7 +44,7 @@
 //! roce::RoceDevice (issue 4): a droce-transport Device on a port+queue with ARP/ND, GID table,
 //!   UDP 4791 demux, TSC timers, budgeted poll(), pcap, fault injection, EngineThread (auto
 //!   progress over ringbuf SPSC rings); API page in the `roce` module docs
-//! host::{HostConfig, Host, global}: droce inside a library's process from the environment
+//! runtime::{RuntimeConfig, Runtime, global}: droce inside a library's process from the environment
 //!   (DROCE_CONF or the zero-config memif pair); API page in the `host` module docs
 //! ```
 //!
@@ -122,7 +122,7 @@ mod port;
 #[allow(unsafe_code)]
 mod tsc;
 /// droce brought up inside an application's process from its environment (libraries).
-pub mod host;
+pub mod runtime;
 /// RoCEv2 device on a port (issue 4): see the module docs.
 pub mod roce;
 

@@ -1,9 +1,9 @@
 //! A bad DROCE_CONF gives one clear line naming the file, the line and the key, and the
 //! global host keeps returning that same error (sticky); a bad EAL argument from the conf is
-//! one line too. Then a Host opened by hand on net_ring: loopback aliases, progress, drop, and
+//! one line too. Then a Runtime opened by hand on net_ring: loopback aliases, progress, drop, and
 //! a second open refused in one line (EAL inits once per process).
 
-use droce_dpdk::host::{self, Host, HostConfig, HostError};
+use droce_dpdk::runtime::{self, Runtime, RuntimeConfig, RuntimeError};
 
 fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
@@ -17,10 +17,10 @@ fn child() {
     if std::env::var("HOST_BAD_EAL_CHILD").is_err() {
         return;
     }
-    let cfg = HostConfig::from_env().unwrap();
-    let e = Host::open(cfg).unwrap_err();
+    let cfg = RuntimeConfig::from_env().unwrap();
+    let e = Runtime::open(cfg).unwrap_err();
     let s = e.to_string();
-    assert!(matches!(e, HostError::Eal(_)) && !s.contains('\n') && s.contains("--no-such-eal-option"), "{s}");
+    assert!(matches!(e, RuntimeError::Eal(_)) && !s.contains('\n') && s.contains("--no-such-eal-option"), "{s}");
     println!("CHILD-OK");
 }
 
@@ -40,9 +40,9 @@ fn bad_conf_is_one_clear_sticky_error() {
     for (name, text, want) in cases {
         let path = write(&dir, name, text);
         std::env::set_var("DROCE_CONF", &path);
-        let e = HostConfig::from_env().unwrap_err();
+        let e = RuntimeConfig::from_env().unwrap_err();
         let s = e.to_string();
-        assert!(matches!(e, HostError::Config(_)), "{s}");
+        assert!(matches!(e, RuntimeError::Config(_)), "{s}");
         assert!(!s.contains('\n'), "one line: {s}");
         assert!(s.starts_with(&format!("droce config: DROCE_CONF={path}: ")), "{s}");
         for w in want {
@@ -50,18 +50,18 @@ fn bad_conf_is_one_clear_sticky_error() {
         }
     }
     std::env::set_var("DROCE_CONF", dir.join("missing.conf"));
-    let s = HostConfig::from_env().unwrap_err().to_string();
+    let s = RuntimeConfig::from_env().unwrap_err().to_string();
     assert!(s.contains("missing.conf: cannot read the file") && !s.contains('\n'), "{s}");
     std::env::set_var("DROCE_CONF", write(&dir, "ok.conf", "vdev = net_ring0\nip = 10.0.0.1\n"));
     std::env::set_var("PMIX_RANK", "three");
-    let s = HostConfig::from_env().unwrap_err().to_string();
+    let s = RuntimeConfig::from_env().unwrap_err().to_string();
     assert!(s.contains("PMIX_RANK='three' is not a rank number"), "{s}");
     std::env::remove_var("PMIX_RANK");
     std::env::set_var("DROCE_PROGRESS", "sometimes");
-    assert!(HostConfig::from_env().unwrap_err().to_string().contains("DROCE_PROGRESS='sometimes'"));
+    assert!(RuntimeConfig::from_env().unwrap_err().to_string().contains("DROCE_PROGRESS='sometimes'"));
     std::env::remove_var("DROCE_PROGRESS");
 
-    // a conf whose EAL argument EAL rejects: one line from Host::open, and EAL's usage text
+    // a conf whose EAL argument EAL rejects: one line from Runtime::open, and EAL's usage text
     // goes to stderr, not to the application's stdout (checked in a child process)
     let eal_conf = write(&dir, "eal.conf", "vdev = net_ring0\nip = 10.0.0.1\neal = --no-such-eal-option\n");
     let o = std::process::Command::new(std::env::current_exe().unwrap())
@@ -78,18 +78,18 @@ fn bad_conf_is_one_clear_sticky_error() {
     // global(): the first error sticks, even after the environment is fixed
     let bad = write(&dir, "key.conf", "vdev = net_ring0\nip = 10.0.0.1\nspeed = fast\n");
     std::env::set_var("DROCE_CONF", &bad);
-    let e1 = host::global().unwrap_err();
+    let e1 = runtime::global().unwrap_err();
     std::env::set_var("DROCE_CONF", dir.join("ok.conf"));
-    let e2 = host::global().unwrap_err();
+    let e2 = runtime::global().unwrap_err();
     assert_eq!(e1, e2);
     assert!(e1.to_string().contains("unknown key 'speed'"));
-    assert!(host::lock_global().is_err());
+    assert!(runtime::lock_global().is_err());
 
-    // a Host of our own (EAL was never initialised in this process: the errors above came first)
+    // a Runtime of our own (EAL was never initialised in this process: the errors above came first)
     std::env::set_var("DROCE_CONF", write(&dir, "ring.conf", "vdev = net_ring0\nip = 10.0.0.1\npeer = 10.0.0.2\nprogress = thread\n"));
-    let cfg = HostConfig::from_env().unwrap();
-    assert_eq!(cfg.progress, host::Progress::Thread);
-    let mut h = Host::open(cfg).unwrap_or_else(|e| panic!("{e}"));
+    let cfg = RuntimeConfig::from_env().unwrap();
+    assert_eq!(cfg.progress, runtime::Progress::Thread);
+    let mut h = Runtime::open(cfg).unwrap_or_else(|e| panic!("{e}"));
     let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
     assert_eq!(h.local_ip(), ip("10.0.0.1"));
     assert_eq!(h.resolve_src(ip("127.0.0.1")), ip("10.0.0.1"));
@@ -102,18 +102,18 @@ fn bad_conf_is_one_clear_sticky_error() {
         h.progress();
     }
     drop(h);
-    let e = Host::open(HostConfig::from_env().unwrap()).unwrap_err();
-    assert!(matches!(e, HostError::Eal(_)) && !e.to_string().contains('\n'), "{e}");
+    let e = Runtime::open(RuntimeConfig::from_env().unwrap()).unwrap_err();
+    assert!(matches!(e, RuntimeError::Eal(_)) && !e.to_string().contains('\n'), "{e}");
 
     // zero-config: peek_env reports the slot without taking it; from_env takes it for good
     std::env::remove_var("DROCE_CONF");
     let link = format!("peek-{}", std::process::id());
     std::env::set_var("DROCE_LINK", &link);
     for _ in 0..2 {
-        let c = HostConfig::peek_env().unwrap();
+        let c = RuntimeConfig::peek_env().unwrap();
         assert!(c.source.contains("mesh slot 0: 10.77.0.1") && c.link.as_ref().unwrap().slot == 0, "{}", c.source);
     }
-    let c = HostConfig::from_env().unwrap();
+    let c = RuntimeConfig::from_env().unwrap();
     assert!(c.link.as_ref().unwrap().slot == 0 && c.ip == ip("10.77.0.1") && c.peer == Some(ip("10.77.0.2")));
     let l = c.link.unwrap();
     let lock = l.lock_dir.join(format!("{link}.0.lock"));
@@ -123,7 +123,7 @@ fn bad_conf_is_one_clear_sticky_error() {
     if let Ok(st) = st {
         assert!(!st.success(), "slot lock not held");
     }
-    assert_eq!(HostConfig::peek_env().unwrap().link.unwrap().slot, 0, "own slot once taken");
+    assert_eq!(RuntimeConfig::peek_env().unwrap().link.unwrap().slot, 0, "own slot once taken");
     let _ = std::fs::remove_file(&lock);
     let _ = std::fs::remove_dir_all(&dir);
 }

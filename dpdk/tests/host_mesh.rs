@@ -139,7 +139,7 @@ fn a_process_beyond_the_limit_gets_one_clear_error() {
     // SAFETY: getuid has no preconditions
     let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
     let _ = std::fs::create_dir(&dir);
-    let max = droce_dpdk::host::MESH_MAX;
+    let max = droce_dpdk::runtime::MESH_MAX;
     let held: Vec<std::fs::File> = (0..max)
         .map(|s| {
             let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(format!("{link}.{s}.lock"))).unwrap();

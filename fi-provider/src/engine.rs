@@ -10,7 +10,7 @@ use crate::addr::{self, EpAddr, Local};
 use crate::ffi::sys as fi;
 use crate::info::{self, EpType};
 use crate::queue::{CqEntry, CqError, Queue, Signal, ADDR_NOTAVAIL};
-use droce_dpdk::host::Host;
+use droce_dpdk::runtime::Runtime;
 use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams, SidrEvent, SidrId};
 use droce_dpdk::roce::RoceDevice;
 use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
@@ -428,7 +428,7 @@ pub struct SendReq {
 }
 
 pub struct Engine {
-    host: &'static Mutex<Host>,
+    host: &'static Mutex<Runtime>,
     pub local: Local,
     pub pd: PdHandle,
     /// Completions of directions no CQ was bound for: polled and dropped.
@@ -463,7 +463,7 @@ pub struct Engine {
     pub auto_progress: bool,
     /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
     idle_steps: u32,
-    /// How many of the host's lost peers ([`Host::lost_peers_since`]) were seen: the
+    /// How many of the host's lost peers ([`Runtime::lost_peers_since`]) were seen: the
     /// connections to each failed (see [`Engine::fail_connections`]).
     lost_seen: usize,
     /// Reused per post (the transport copies the gather list): no allocation per operation.
@@ -490,7 +490,7 @@ pub fn local_from_config() -> Result<Local, String> {
     if let Some(Ok(e)) = ENGINE.get() {
         return Ok(lock_engine(e).local);
     }
-    let c = droce_dpdk::host::HostConfig::from_env().map_err(|e| e.to_string())?;
+    let c = droce_dpdk::runtime::RuntimeConfig::from_env().map_err(|e| e.to_string())?;
     Ok(Local { ip: addr::canon(c.ip), peer: c.peer.map(addr::canon) })
 }
 
@@ -502,7 +502,7 @@ fn lock_engine(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
 /// with the fresh engine (the ffi layer registers the bounce area there).
 pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, String> {
     let r = ENGINE.get_or_init(|| {
-        let host = droce_dpdk::host::global().map_err(|e| e.to_string())?;
+        let host = droce_dpdk::runtime::global().map_err(|e| e.to_string())?;
         let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
         let local = Local { ip: addr::canon(h.local_ip()), peer: h.config().peer.map(addr::canon) };
         let d = h.dev().device_mut();
@@ -560,7 +560,7 @@ pub fn engine_if_open() -> Option<MutexGuard<'static, Engine>> {
 }
 
 impl Engine {
-    pub fn host(&self) -> MutexGuard<'static, Host> {
+    pub fn host(&self) -> MutexGuard<'static, Runtime> {
         self.host.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -1274,7 +1274,7 @@ impl Engine {
         work
     }
 
-    /// Peers the host found gone ([`Host::lost_peers_since`]: the process behind a memif link
+    /// Peers the host found gone ([`Runtime::lost_peers_since`]: the process behind a memif link
     /// that went down, one link per peer on the zero-config mesh): every connection to one of
     /// `lost` fails now, as the tcp provider's do when their socket closes, instead of after
     /// the transport's retries (17 s), which only run while something is outstanding.

@@ -41,7 +41,7 @@ pub fn unique(tag: &str) -> String {
 pub fn remove_link_locks(link: &str) {
     // SAFETY: getuid has no preconditions
     let dir = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-    for s in 0..droce_dpdk::host::MESH_MAX {
+    for s in 0..droce_dpdk::runtime::MESH_MAX {
         let _ = std::fs::remove_file(dir.join(format!("{link}.{s}.lock")));
     }
 }

@@ -47,7 +47,7 @@ fn assert_same(ours: &[u8], want: &[u8], what: &str) {
     }
 }
 
-struct Host {
+struct Runtime {
     dev: Device<VecMemory>,
     pd: PdHandle,
     mr: MemoryRegion,
@@ -56,7 +56,7 @@ struct Host {
 
 /// A device whose QPN counter starts at `qpn` and whose MR (over `base..base+len`) has the
 /// key `want` (found by trying seeds: keys are `index << 8 | seeded 8-bit variant`, as rxe).
-fn host(mac: [u8; 6], gid: Gid, qpn: Qpn, base: u64, len: usize, want: Option<Rkey>) -> Host {
+fn host(mac: [u8; 6], gid: Gid, qpn: Qpn, base: u64, len: usize, want: Option<Rkey>) -> Runtime {
     for seed in 0..100_000u64 {
         let cfg = DeviceConfig { mac, gids: vec![gid], seed, first_qpn: qpn.value(), ..DeviceConfig::default() };
         let mut dev = Device::new(cfg, VecMemory::new(base, len));
@@ -70,18 +70,18 @@ fn host(mac: [u8; 6], gid: Gid, qpn: Qpn, base: u64, len: usize, want: Option<Rk
             continue;
         }
         let cq = dev.create_cq(64).unwrap();
-        return Host { dev, pd, mr, cq };
+        return Runtime { dev, pd, mr, cq };
     }
     panic!("no seed gives rkey {want:?}");
 }
 
-fn qp(h: &mut Host, ty: QpType) -> QpHandle {
+fn qp(h: &mut Runtime, ty: QpType) -> QpHandle {
     h.dev
         .create_qp(QpInitAttr { qp_type: ty, pd: h.pd, send_cq: h.cq, recv_cq: h.cq, srq: None, cap: QpCap::default(), sq_sig_all: true })
         .unwrap()
 }
 
-fn connect(h: &mut Host, q: QpHandle, peer_mac: [u8; 6], peer_gid: Gid, peer_qpn: Qpn, sq_psn: Psn, rq_psn: Psn) {
+fn connect(h: &mut Runtime, q: QpHandle, peer_mac: [u8; 6], peer_gid: Gid, peer_qpn: Qpn, sq_psn: Psn, rq_psn: Psn) {
     let av = AddressVector { dgid: peer_gid, dmac: peer_mac, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 };
     let (a, m) = init_attr(AccessFlags::ALL);
     h.dev.modify_qp(q, &a, m).unwrap();

@@ -6,7 +6,7 @@
 use crate::iface::{AtomicKind, Event, Iface, IfaceCfg, Info, Kind, Layout, Seg, DEV_ADDR_LEN, RC_EP_ADDR_LEN, UD_IFACE_ADDR_LEN};
 use crate::md::{self, MemReg};
 use crate::status::*;
-use droce_dpdk::host;
+use droce_dpdk::runtime;
 use droce_transport::verbs::AccessFlags;
 use droce_transport::{Lkey, Rkey};
 use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
@@ -102,8 +102,8 @@ pub extern "C" fn droce_rs_md_open(md_rs: *mut *mut c_void) -> c_int {
 #[no_mangle]
 pub extern "C" fn droce_rs_md_close(_md_rs: *mut c_void) {}
 
-fn host_or_log() -> Result<&'static std::sync::Mutex<host::Host>, Status> {
-    host::global().map_err(|e| {
+fn host_or_log() -> Result<&'static std::sync::Mutex<runtime::Runtime>, Status> {
+    runtime::global().map_err(|e| {
         log(0, &format!("droce: {e}"));
         UCS_ERR_NO_DEVICE
     })
@@ -149,7 +149,7 @@ pub extern "C" fn droce_rs_mem_dereg(_md_rs: *mut c_void, memh: *mut c_void) -> 
         if reg.len == 0 {
             return UCS_OK;
         }
-        match host::global() {
+        match runtime::global() {
             Ok(hm) => match hm.lock().unwrap_or_else(PoisonError::into_inner).dev().dereg_mr(reg.lkey) {
                 Ok(()) => UCS_OK,
                 Err(_) => UCS_ERR_INVALID_PARAM,

@@ -18,7 +18,7 @@
 
 use crate::md;
 use crate::status::*;
-use droce_dpdk::host::Host;
+use droce_dpdk::runtime::Runtime;
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
@@ -196,7 +196,7 @@ pub enum Event {
     AtomicResult { result: usize, width: u8, value: u64 },
     /// The endpoint failed (peer unreachable): `uct_iface_handle_ep_err`.
     /// `peer_gone`: the host saw this endpoint's peer go (its memif link went down,
-    /// [`Host::lost_peers_since`]).
+    /// [`Runtime::lost_peers_since`]).
     EpFailed { ep_c: usize, status: Status, peer_gone: bool },
 }
 
@@ -400,7 +400,7 @@ struct Inner {
     retransmits: u64,
     /// UD: an endpoint has a fast retransmission due.
     ud_fast: bool,
-    /// How many of the host's lost peers ([`Host::lost_peers_since`]) were seen: the
+    /// How many of the host's lost peers ([`Runtime::lost_peers_since`]) were seen: the
     /// endpoints to each failed.
     lost_seen: usize,
 }
@@ -411,7 +411,7 @@ pub struct Iface {
     pub kind: Kind,
     /// The C `droce_iface_t*`, passed back to AM invocations.
     pub c: usize,
-    host: &'static Mutex<Host>,
+    host: &'static Mutex<Runtime>,
     inner: Mutex<Inner>,
 }
 
@@ -436,7 +436,7 @@ pub struct Progress {
 impl Iface {
     /// Create the interface's queues in `host` over the registered block `[base, base+len)`
     /// (`lkey`), laid out by `lay`.
-    pub fn new(kind: Kind, c: usize, host_m: &'static Mutex<Host>, host: &mut Host, pd: PdHandle, lkey: Lkey, base: u64, lay: Layout) -> Result<Iface, String> {
+    pub fn new(kind: Kind, c: usize, host_m: &'static Mutex<Runtime>, host: &mut Runtime, pd: PdHandle, lkey: Lkey, base: u64, lay: Layout) -> Result<Iface, String> {
         let gid = match host.local_ip() {
             std::net::IpAddr::V4(a) => Gid::from_ipv4(a),
             std::net::IpAddr::V6(a) => Gid::from_ipv6(a),
@@ -519,7 +519,7 @@ impl Iface {
                 eprintln!("droce_ud: {} datagrams sent again", g.retransmits);
             }
         }
-        h.dev().flush(); // held ACKs (HostConfig::hold_acks) leave before the queues go
+        h.dev().flush(); // held ACKs (RuntimeConfig::hold_acks) leave before the queues go
         let d = h.dev().device_mut();
         for ep in g.eps.iter_mut().flatten() {
             if let Some(qp) = ep.qp.take() {
@@ -544,7 +544,7 @@ impl Iface {
         g.base + (g.lay.rx_count * g.lay.rx_stride) as u64 + slot as u64 * g.lay.tx_stride as u64
     }
 
-    fn post_rx(&self, g: &mut Inner, host: &mut Host, slot: u32) -> Result<(), Status> {
+    fn post_rx(&self, g: &mut Inner, host: &mut Runtime, slot: u32) -> Result<(), Status> {
         let addr = Self::rx_addr(g, slot);
         let wr = &mut g.rx_wr;
         wr.wr_id = slot as u64;
@@ -767,7 +767,7 @@ impl Iface {
     }
 
     /// Post `wr` (wr_id = slot) on the endpoint and record the operation.
-    fn post(&self, g: &mut Inner, h: &mut Host, id: u32, slot: u32, mut wr: SendWr, comp: usize, kind: OpKind) -> Result<(), Status> {
+    fn post(&self, g: &mut Inner, h: &mut Runtime, id: u32, slot: u32, mut wr: SendWr, comp: usize, kind: OpKind) -> Result<(), Status> {
         let (qp, seq) = {
             let ep = g.eps[id as usize].as_mut().ok_or(UCS_ERR_INVALID_PARAM)?;
             if ep.fence {
@@ -832,7 +832,7 @@ impl Iface {
     }
 
     /// Copy `segs` into send slot `slot` (registered memory) from `off`; the bytes written.
-    fn copy_in(g: &Inner, h: &mut Host, slot: u32, mut off: usize, segs: &[Seg]) -> Result<usize, Status> {
+    fn copy_in(g: &Inner, h: &mut Runtime, slot: u32, mut off: usize, segs: &[Seg]) -> Result<usize, Status> {
         let base = Self::tx_addr(g, slot);
         for s in segs {
             let Seg::Copy(b) = s else { return Err(UCS_ERR_INVALID_PARAM) };
@@ -1237,7 +1237,7 @@ impl Iface {
         out
     }
 
-    fn rx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
+    fn rx_completion(&self, g: &mut Inner, h: &mut Runtime, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
         let slot = wc.wr_id as u32;
         if wc.status != WcStatus::Success {
             return; // flushed at destroy
@@ -1268,7 +1268,7 @@ impl Iface {
 
     /// A UD receive: apply the acknowledgement it carries; true if it is the next datagram of
     /// its channel (deliver it), false to drop it (acknowledgement only, duplicate, gap).
-    fn ud_rx(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, slot: u32, ev: &mut Vec<Event>) -> bool {
+    fn ud_rx(&self, g: &mut Inner, h: &mut Runtime, wc: &droce_transport::verbs::WorkCompletion, slot: u32, ev: &mut Vec<Event>) -> bool {
         let base = Self::rx_addr(g, slot);
         let mut grh = [0u8; GRH + UD_HDR];
         if h.dev().read_mem(base, &mut grh).is_err() {
@@ -1357,7 +1357,7 @@ impl Iface {
     }
 
     /// Acknowledgement-only datagrams for the channels still owed one (send slots permitting).
-    fn ud_send_acks(&self, g: &mut Inner, h: &mut Host) {
+    fn ud_send_acks(&self, g: &mut Inner, h: &mut Runtime) {
         while let Some(&key) = g.ack_due.last() {
             let Some(qp) = g.ud_qp else { return };
             let Some(slot) = g.free_tx.pop() else { return };
@@ -1385,7 +1385,7 @@ impl Iface {
 
     /// Send unacknowledged datagrams again where due; fail endpoints that saw no
     /// acknowledgement for UD_FAIL_AFTER.
-    /// Peers the host found gone ([`Host::lost_peers_since`]: the process behind a memif link
+    /// Peers the host found gone ([`Runtime::lost_peers_since`]: the process behind a memif link
     /// that went down; one link per peer on the zero-config mesh), by GID: every endpoint to
     /// one of them fails now with `UCS_ERR_ENDPOINT_TIMEOUT`, as it would after its retries,
     /// and not only those with an operation outstanding (a side waiting for a reply has none
@@ -1393,7 +1393,7 @@ impl Iface {
     /// yet fails with any loss). RC: the QP goes to the error state, so what is outstanding
     /// completes with flush errors through the usual path; UD: unacknowledged operations end
     /// here.
-    fn fail_lost_endpoints(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>, lost: &[[u8; 16]]) {
+    fn fail_lost_endpoints(&self, g: &mut Inner, h: &mut Runtime, ev: &mut Vec<Event>, lost: &[[u8; 16]]) {
         for id in 0..g.eps.len() {
             let Some(e) = g.eps[id].as_mut() else { continue };
             if e.failed.is_some() {
@@ -1424,7 +1424,7 @@ impl Iface {
         }
     }
 
-    fn ud_timers(&self, g: &mut Inner, h: &mut Host, ev: &mut Vec<Event>) {
+    fn ud_timers(&self, g: &mut Inner, h: &mut Runtime, ev: &mut Vec<Event>) {
         let Some(qp) = g.ud_qp else { return };
         let now = Instant::now();
         for id in 0..g.eps.len() {
@@ -1528,7 +1528,7 @@ impl Iface {
         }
     }
 
-    fn tx_completion(&self, g: &mut Inner, h: &mut Host, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
+    fn tx_completion(&self, g: &mut Inner, h: &mut Runtime, wc: &droce_transport::verbs::WorkCompletion, ev: &mut Vec<Event>) {
         let slot = wc.wr_id as u32;
         crate::trace!("{:?} tx completion slot {slot} {:?} {:?}", self.kind, wc.opcode, wc.status);
         let Some(mut op) = g.ops.get_mut(slot as usize).and_then(Option::take) else { return };
@@ -1667,7 +1667,7 @@ fn grh_source(grh: &[u8]) -> Option<[u8; 16]> {
 }
 
 /// The PD shared by all droce MRs and QPs (see [`md::pd`]).
-pub fn shared_pd(host: &mut Host) -> PdHandle {
+pub fn shared_pd(host: &mut Runtime) -> PdHandle {
     md::pd(host)
 }
 

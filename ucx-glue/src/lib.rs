@@ -10,7 +10,7 @@
 //!   address = GID), AM short/bcopy/zcopy up to the path MTU. UCP uses it for wire-up. It is not
 //!   reliable: a datagram lost on the wire (or arriving when no receive buffer is posted) is lost.
 //!
-//! Both share the process-wide droce host ([`droce_dpdk::host::global`]): one DPDK port from
+//! Both share the process-wide droce host ([`droce_dpdk::runtime::global`]): one DPDK port from
 //! `DROCE_CONF` or the zero-config memif mesh. Progress is manual: the interface progress
 //! callback (registered with the UCT worker by `uct_iface_progress_enable`) locks the host, polls
 //! the port and the interface's completion queue, then runs UCX callbacks with no lock held.

@@ -5,7 +5,7 @@
 //! are virtual addresses, as in verbs).
 
 use crate::status::*;
-use droce_dpdk::host::Host;
+use droce_dpdk::runtime::Runtime;
 use droce_transport::verbs::PdHandle;
 use droce_transport::{Lkey, Rkey};
 use std::sync::OnceLock;
@@ -26,7 +26,7 @@ static PD: OnceLock<PdHandle> = OnceLock::new();
 
 /// The protection domain every droce MR and QP of this process uses (one per process, so any
 /// interface can use any registration of any droce MD).
-pub fn pd(host: &mut Host) -> PdHandle {
+pub fn pd(host: &mut Runtime) -> PdHandle {
     *PD.get_or_init(|| host.dev().device_mut().alloc_pd())
 }
 

@@ -28,7 +28,7 @@ pub fn child_main() {
     // HOST_TEST_ROLE_FIRST=<file>: take the zero-config role now (as fi_getinfo does) and open
     // the host only once <file> exists (as fi_domain does later), at most 30 s on
     if let Ok(go) = std::env::var("HOST_TEST_ROLE_FIRST") {
-        match droce_dpdk::host::HostConfig::from_env() {
+        match droce_dpdk::runtime::RuntimeConfig::from_env() {
             Ok(c) => println!("role taken: {}", c.source),
             Err(e) => {
                 eprintln!("host_pair: {e}");
@@ -41,7 +41,7 @@ pub fn child_main() {
         }
     }
     let t_open = std::time::Instant::now();
-    if let Err(e) = droce_dpdk::host::global() {
+    if let Err(e) = droce_dpdk::runtime::global() {
         println!("open failed after {} ms", t_open.elapsed().as_millis());
         eprintln!("host_pair: {e}");
         std::process::exit(2);
@@ -83,7 +83,7 @@ fn second_round(lost: IpAddr, peers: Vec<IpAddr>) -> i32 {
     let mut seen = 0usize;
     let found = loop {
         {
-            let mut h = droce_dpdk::host::lock_global().unwrap();
+            let mut h = droce_dpdk::runtime::lock_global().unwrap();
             h.progress();
             if h.lost_peers_since(&mut seen).contains(&lost) {
                 println!("lost {lost} after {} ms; links up: {:?}", t0.elapsed().as_millis(), h.mesh_peers_up());
@@ -223,7 +223,7 @@ impl Drop for Locks {
     fn drop(&mut self) {
         // SAFETY: getuid has no preconditions
         let dir = std::path::PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
-        for s in 0..droce_dpdk::host::MESH_MAX {
+        for s in 0..droce_dpdk::runtime::MESH_MAX {
             let _ = std::fs::remove_file(dir.join(format!("{}.{s}.lock", self.0)));
         }
     }

@@ -25,36 +25,20 @@ pub(crate) fn init_engine(e: &mut Engine) {
     }
 }
 
-static AUTO: std::sync::Once = std::sync::Once::new();
-
-/// Auto progress (FI_PROGRESS_AUTO domains, FD wait objects): a thread runs the same
-/// progress step as the reads, sleeping briefly when idle.
+/// Auto progress (FI_PROGRESS_AUTO domains, FD wait objects): the runtime's progress thread
+/// runs the same progress step as the reads.
 pub(crate) fn start_auto_progress() {
-    AUTO.call_once(|| {
-        let _ = std::thread::Builder::new().name("droce-fi-progress".into()).spawn(|| {
-            let mut idle = 0u32;
-            loop {
-                let busy = match engine::engine_if_open() {
-                    Some(mut e) => {
-                        e.auto_progress = true;
-                        e.progress()
-                    }
-                    None => false,
-                };
-                if busy {
-                    idle = 0;
-                    std::thread::yield_now();
-                } else {
-                    idle = idle.saturating_add(1);
-                    if idle < 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::thread::sleep(Duration::from_micros(50));
-                    }
-                }
-            }
-        });
-    });
+    droce_dpdk::runtime::start_progress_thread(Some(auto_progress_step));
+}
+
+fn auto_progress_step() -> bool {
+    match engine::engine_if_open() {
+        Some(mut e) => {
+            e.auto_progress = true;
+            e.progress()
+        }
+        None => false,
+    }
 }
 
 /// An empty CQ's wait descriptor made readable by fi_cq_signal is quiet again (fi_trywait
