@@ -41,11 +41,12 @@
 //! rdtsc(), tsc_hz(), Tsc::new() (cycles_to_ns, ns_to_cycles, now, elapsed_ns), TscInstant
 //! Error (Display has rte_strerror text), strerror(errno), Result<T>
 //! offload bit constants: dpdk_sys::consts::*, re-exported as `offload`
-//! roce::RoceDevice (issue 4): a droce-transport Device on a port+queue with ARP/ND, GID table,
-//!   UDP 4791 demux, TSC timers, budgeted poll(), pcap, fault injection, EngineThread (auto
-//!   progress over ringbuf SPSC rings); API page in the `roce` module docs
-//! runtime::{RuntimeConfig, Runtime, global}: droce inside a library's process from the environment
-//!   (DROCE_CONF or the zero-config memif pair); API page in the `host` module docs
+//! roce::RoceDevice: a droce-transport Device on a port+queue with ARP/ND, GID table,
+//!   UDP 4791 demux, TSC timers, budgeted poll(), pcap, fault injection; API page in the `roce`
+//!   module docs
+//! runtime::{RuntimeConfig, Runtime, global}: the one bring-up (EAL, pool, port, RoceDevice, CM
+//!   agent), poll loop, progress thread and verbs facade of droce-pmd's RDMA tests, the libfabric
+//!   provider and the UCX transport; API page in the `runtime` module docs
 //! ```
 //!
 //! # Ownership rules

@@ -4,15 +4,13 @@
 use super::opts::Opts;
 use super::report::status_name;
 use droce_dpdk as dpdk;
-use droce_dpdk::roce::{Command, EngineThread, Event, ProcessMemory, RoceConfig, RoceDevice};
+use droce_dpdk::runtime::{self, Runtime, RuntimeConfig, RuntimeError};
 use droce_transport::qp::QpHandle;
 use droce_transport::status::WcStatus;
 use droce_transport::verbs::{AccessFlags, CqHandle, MemoryRegion, PdHandle, RecvWr, SendWr, WorkCompletion};
-use droce_transport::Memory;
-use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 pub type R<T> = Result<T, String>;
@@ -33,76 +31,69 @@ pub fn wc_error(side: &str, wc: &WorkCompletion) -> String {
     )
 }
 
-/// EAL, port, pool and the RoCE device. Dropped in order by `finish`.
+/// The runtime of a test run (EAL, port, pool, RoCE device, CM agent), under either progress
+/// model. Closed by `finish`.
 pub struct Setup {
     pub dev: Dev,
-    pub port: dpdk::Port,
     pub port_index: u16,
-    pub pool: Arc<dpdk::Mempool>,
-    pub eal: dpdk::Eal,
 }
 
+/// Opens the runtime from the command line: the RoCE port is EAL port `o.port_index`, path MTU
+/// 4096 (Ethernet 9000) only when `-m 4096` asks, every ACK leaves within its poll (perftest
+/// measures the wire, not an ACK-hold policy), the link must come up within `--timeout`.
 pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
-    let (res, log) = crate::capture::capture_stdio(|| dpdk::Eal::init(eal_argv));
-    let eal = match res {
-        Ok(e) => e,
-        Err(dpdk::Error::EalInit { errno, .. }) => return Err(crate::capture::eal_failure_line(&log, &dpdk::strerror(errno))),
-        Err(e) => return Err(format!("EAL: {e}")),
-    };
-    let ids = dpdk::port_ids();
-    let id = *ids.get(o.port_index).ok_or_else(|| {
-        format!(
-            "no port {}: give the RoCE port before '--' (e.g. --vdev=net_memif0,role=server,socket=/tmp/m.sock, --vdev=net_af_packet0,iface=veth0)",
-            o.port_index
-        )
-    })?;
-    let jumbo = o.mtu == Some(4096);
-    let room = if jumbo { 9216 + 128 } else { dpdk::MempoolConfig::default().data_room };
-    let pool = Arc::new(
-        dpdk::Mempool::create("rdma_pool", &dpdk::MempoolConfig { n: 16383, data_room: room, ..Default::default() })
-            .map_err(|e| format!("mbuf pool: {e}"))?,
-    );
-    let mut port = dpdk::Port::new(id).map_err(|e| format!("port {}: {e}", id.0))?;
-    let conf = port.configure(&dpdk::PortConfig::new().rx_desc(1024).tx_desc(1024), &pool).map_err(|e| format!("port {}: configure: {e}", id.0))?;
-    port.start().map_err(|e| format!("port {}: start: {e} (a memif client needs its role=server peer running)", id.0))?;
-    if !port.wait_link_up(o.timeout).unwrap_or(false) {
-        return Err(format!("port {}: link did not come up within {:?} (is the memif peer running?)", id.0, o.timeout));
-    }
-    let mut c = RoceConfig::new(id, dpdk::QueueId(0));
-    c.ipv4 = vec![o.roce_ip()];
-    if jumbo {
-        c.eth_mtu = Some(9000);
-    }
-    c.seed = seed();
-    c.rx_burst = 64;
-    c.tx_burst = 64;
-    c.pcap = o.pcap.clone();
+    let mut cfg = RuntimeConfig::new(eal_argv.to_vec(), IpAddr::V4(o.roce_ip()));
+    cfg.port_index = o.port_index;
+    cfg.eth_mtu = (o.mtu == Some(4096)).then_some(9000);
+    cfg.auto_jumbo = false;
+    cfg.library_stdio = false;
+    cfg.hold_acks = false;
+    cfg.mbufs = 16383;
+    cfg.link_wait = Some(o.timeout);
+    cfg.pcap = o.pcap.clone();
     if let Some(f) = &o.faults {
-        c.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
+        cfg.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
     }
-    let dev = RoceDevice::new(c, &conf, pool.clone()).map_err(|e| format!("RoCE device: {e}"))?;
-    Ok(Setup { dev: Dev::Manual(dev), port, port_index: id.0, pool, eal })
+    cfg.source = "droce-pmd command line".into();
+    let (res, log) = crate::capture::capture_stdio(|| Runtime::open(cfg));
+    let rt = match res {
+        Ok(rt) => rt,
+        Err(RuntimeError::Eal(m)) => return Err(crate::capture::eal_failure_line(&log, &m)),
+        Err(RuntimeError::Port(m)) if m.starts_with("no port ") || m.starts_with("EAL found no port") => {
+            return Err(format!(
+                "no port {}: give the RoCE port before '--' (e.g. --vdev=net_memif0,role=server,socket=/tmp/m.sock, --vdev=net_af_packet0,iface=veth0)",
+                o.port_index
+            ))
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let port_index = rt.port_id().0;
+    Ok(Setup { dev: Dev::Manual(rt), port_index })
 }
 
 impl Setup {
-    /// Stops the engine thread if any, prints the stats block, closes the port.
+    /// Stops the progress thread if any, prints the stats block, closes the port.
     pub fn finish(self, print_stats: bool) {
-        let Setup { dev, port, port_index, pool, eal } = self;
-        let dev = dev.into_device();
-        if let Some(mut d) = dev {
-            d.flush_pcap();
+        let Setup { mut dev, port_index } = self;
+        let finish = |rt: &mut Runtime| {
+            rt.flush_pcap();
             if print_stats {
-                print!("{}", droce_dpdk::roce::format_roce_stats(port_index, &d.stats()));
+                print!("{}", droce_dpdk::roce::format_roce_stats(port_index, &rt.stats()));
                 println!();
             }
-            drop(d);
+            // parks DPDK's interrupt thread for good first (see Port::close_at_exit). Not
+            // rte_eal_cleanup: the process exits right after this, and that releases everything
+            // rte_eal_cleanup would, faster.
+            rt.close_for_exit();
+        };
+        match &mut dev {
+            Dev::Manual(rt) => finish(rt),
+            Dev::Thread(m) => {
+                runtime::stop_progress_thread();
+                finish(&mut m.lock().unwrap_or_else(PoisonError::into_inner));
+            }
+            Dev::Gone => {}
         }
-        // parks DPDK's interrupt thread for good first (see Port::close_at_exit)
-        let _ = port.close_at_exit();
-        drop(pool);
-        // Not `drop(eal)`: the process exits right after this, and that releases everything
-        // rte_eal_cleanup would, faster.
-        eal.release_for_exit();
     }
 }
 
@@ -169,134 +160,95 @@ impl Rng {
     }
 }
 
-/// The device under either progress model (one per process: the size of the manual variant
-/// does not matter).
-#[allow(clippy::large_enum_variant)]
+/// The runtime under either progress model: the test's own thread polls it (manual), or the
+/// runtime's progress thread does and the test takes its lock for each verb (thread).
 pub enum Dev {
-    Manual(RoceDevice),
-    Thread { eng: EngineThread, mem: ProcessMemory, wcs: VecDeque<WorkCompletion>, err: Option<String> },
+    Manual(Runtime),
+    Thread(&'static Mutex<Runtime>),
     Gone,
 }
 
 impl Dev {
-    pub fn manual(&mut self) -> R<&mut RoceDevice> {
+    /// The runtime, for the setup verbs (before [`Dev::start_thread`]).
+    pub fn manual(&mut self) -> R<&mut Runtime> {
         match self {
             Dev::Manual(d) => Ok(d),
             _ => Err("internal: verb needs manual progress".into()),
         }
     }
 
-    /// Hands the device to an engine thread (after the setup verbs). `buf`: the registered
-    /// buffer, accessed from here through the same bounds-checked memory as the engine.
-    pub fn start_thread(&mut self, cq: CqHandle, buf: (u64, u64)) -> R<()> {
-        let Dev::Manual(_) = self else { return Ok(()) };
-        let Dev::Manual(d) = std::mem::replace(self, Dev::Gone) else { unreachable!() };
-        let mut mem = ProcessMemory::new();
-        add_region(&mut mem, buf.0, buf.1)?;
-        let eng = EngineThread::spawn(d, vec![cq]).map_err(|e| format!("engine thread: {e}"))?;
-        *self = Dev::Thread { eng, mem, wcs: VecDeque::new(), err: None };
-        Ok(())
-    }
-
-    pub fn into_device(self) -> Option<RoceDevice> {
+    /// Runs `f` on the runtime (under its lock with the progress thread).
+    #[inline]
+    fn with<T>(&mut self, f: impl FnOnce(&mut Runtime) -> T) -> R<T> {
         match self {
-            Dev::Manual(d) => Some(d),
-            Dev::Thread { eng, .. } => eng.stop(),
-            Dev::Gone => None,
+            Dev::Manual(d) => Ok(f(d)),
+            Dev::Thread(m) => Ok(f(&mut m.lock().unwrap_or_else(PoisonError::into_inner))),
+            Dev::Gone => Err("device gone".into()),
         }
     }
 
-    /// One round of progress; true when something happened (manual progress only knows).
+    /// Hands the runtime to its progress thread (after the setup verbs).
+    pub fn start_thread(&mut self) -> R<()> {
+        let Dev::Manual(_) = self else { return Ok(()) };
+        let Dev::Manual(rt) = std::mem::replace(self, Dev::Gone) else { unreachable!() };
+        let m = runtime::install_global(rt, true).map_err(|e| format!("progress thread: {e}"))?;
+        *self = Dev::Thread(m);
+        Ok(())
+    }
+
+    /// One round of progress; true when something happened (with the progress thread: lets
+    /// it run, and says no).
     pub fn progress(&mut self) -> bool {
         match self {
-            Dev::Manual(d) => !d.poll().is_idle(),
-            Dev::Thread { eng, wcs, err, .. } => {
-                let mut any = false;
-                while let Some(e) = eng.poll_event() {
-                    any = true;
-                    match e {
-                        Event::Wc { wc, .. } => wcs.push_back(wc),
-                        Event::Done { result: Err(e), .. } => {
-                            err.get_or_insert(format!("verb failed in the engine thread: {e:?}"));
-                        }
-                        _ => {}
-                    }
-                }
-                if !any {
-                    // the engine thread may share this lcore's CPU (threads inherit the main
-                    // lcore's affinity): let it run
-                    std::thread::yield_now();
-                }
-                any
+            Dev::Manual(d) => d.progress_datapath(),
+            Dev::Thread(_) => {
+                // the progress thread may share this lcore's CPU (threads inherit the main
+                // lcore's affinity): let it run
+                std::thread::yield_now();
+                false
             }
             Dev::Gone => false,
         }
     }
 
     pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> R<()> {
-        match self {
-            Dev::Manual(d) => verb("post_send", d.device_mut().post_send(qp, wr)),
-            Dev::Thread { eng, .. } => verb("post_send", eng.submit(Command::PostSend { qp, wr }).map(|_| ())),
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("post_send", self.with(|d| d.post_send(qp, wr))?)
     }
 
     /// [`post_send`](Self::post_send) of a work request the caller keeps and reuses (no
-    /// allocation per post with manual progress).
+    /// allocation per post).
     pub fn post_send_ref(&mut self, qp: QpHandle, wr: &SendWr) -> R<()> {
-        match self {
-            Dev::Manual(d) => verb("post_send", d.device_mut().post_send_ref(qp, wr)),
-            Dev::Thread { eng, .. } => verb("post_send", eng.submit(Command::PostSend { qp, wr: wr.clone() }).map(|_| ())),
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("post_send", self.with(|d| d.post_send_ref(qp, wr))?)
     }
 
     /// [`post_recv`](Self::post_recv) of a work request the caller keeps and reuses.
     pub fn post_recv_ref(&mut self, qp: QpHandle, wr: &RecvWr) -> R<()> {
-        match self {
-            Dev::Manual(d) => verb("post_recv", d.device_mut().post_recv_ref(qp, wr)),
-            Dev::Thread { eng, .. } => verb("post_recv", eng.submit(Command::PostRecv { qp, wr: wr.clone() }).map(|_| ())),
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("post_recv", self.with(|d| d.post_recv_ref(qp, wr))?)
     }
 
     pub fn post_recv(&mut self, qp: QpHandle, wr: RecvWr) -> R<()> {
-        match self {
-            Dev::Manual(d) => verb("post_recv", d.device_mut().post_recv(qp, wr)),
-            Dev::Thread { eng, .. } => verb("post_recv", eng.submit(Command::PostRecv { qp, wr }).map(|_| ())),
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("post_recv", self.with(|d| d.post_recv(qp, wr))?)
     }
 
     pub fn poll_cq(&mut self, cq: CqHandle) -> R<Option<WorkCompletion>> {
-        match self {
-            Dev::Manual(d) => verb("poll_cq", d.device_mut().poll_cq_one(cq)),
-            Dev::Thread { .. } => {
-                self.progress();
-                let Dev::Thread { wcs, err, .. } = self else { unreachable!() };
-                if let Some(e) = err.take() {
-                    return Err(e);
-                }
-                Ok(wcs.pop_front())
-            }
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("poll_cq", self.with(|d| d.poll_cq_one(cq))?)
     }
 
     pub fn read_mem(&self, addr: u64, buf: &mut [u8]) -> R<()> {
         match self {
             Dev::Manual(d) => verb("read_mem", d.read_mem(addr, buf)),
-            Dev::Thread { mem, .. } => verb("read_mem", mem.read(addr, buf)),
+            Dev::Thread(m) => verb("read_mem", m.lock().unwrap_or_else(PoisonError::into_inner).read_mem(addr, buf)),
             Dev::Gone => Err("device gone".into()),
         }
     }
 
+    /// Sends held ACKs now (before a closing handshake).
+    pub fn flush(&mut self) {
+        let _ = self.with(|d| d.flush());
+    }
+
     pub fn write_mem(&mut self, addr: u64, data: &[u8]) -> R<()> {
-        match self {
-            Dev::Manual(d) => verb("write_mem", d.write_mem(addr, data)),
-            Dev::Thread { mem, .. } => verb("write_mem", mem.write(addr, data)),
-            Dev::Gone => Err("device gone".into()),
-        }
+        verb("write_mem", self.with(|d| d.write_mem(addr, data))?)
     }
 
     /// Polls `cq` (keeping the device going) until one completion, or `timeout` without any
@@ -317,13 +269,6 @@ impl Dev {
     }
 }
 
-#[allow(unsafe_code)]
-fn add_region(mem: &mut ProcessMemory, addr: u64, len: u64) -> R<()> {
-    // SAFETY: `addr..addr+len` is the run's test buffer (a Vec owned by `Buffer`), which lives
-    // until after the device and the engine thread are gone (`Setup::finish` runs first).
-    unsafe { mem.add_region(addr, len) }.map_err(|_| "test buffer range rejected".to_string())
-}
-
 /// The test buffer: 4 KiB aligned, registered once with every access right.
 pub struct Buffer {
     mem: Vec<u8>,
@@ -341,8 +286,8 @@ impl Buffer {
         Ok(Buffer { mem, base, len })
     }
 
-    /// Registers the buffer with `dev` (manual progress, during setup).
-    pub fn register(&mut self, dev: &mut RoceDevice, pd: PdHandle) -> R<MemoryRegion> {
+    /// Registers the buffer with the runtime (manual progress, during setup).
+    pub fn register(&mut self, dev: &mut Runtime, pd: PdHandle) -> R<MemoryRegion> {
         let off = (self.base - self.mem.as_ptr() as u64) as usize;
         let ptr = self.mem[off..].as_mut_ptr();
         reg(dev, pd, ptr, self.len as usize)
@@ -350,7 +295,7 @@ impl Buffer {
 }
 
 #[allow(unsafe_code)]
-fn reg(dev: &mut RoceDevice, pd: PdHandle, ptr: *mut u8, len: usize) -> R<MemoryRegion> {
+fn reg(dev: &mut Runtime, pd: PdHandle, ptr: *mut u8, len: usize) -> R<MemoryRegion> {
     // SAFETY: the range is inside the Buffer's Vec, which the run keeps alive (and never
     // touches except through the device's memory accessors) until the device is dropped.
     verb("reg_mr", unsafe { dev.reg_mr(pd, ptr, len, AccessFlags::ALL) })

@@ -151,7 +151,7 @@ RDMA tests (perftest 4.5 / ibv_*_pingpong compatible TCP exchange):
   -g/-x INDEX      accepted for compatibility (droce uses GID index 1, ::ffff:IP)
   --ip ADDR        droce's own RoCE IPv4 address (GID ::ffff:ADDR); default 10.77.0.1 server, 10.77.0.2 client
   --verify         fill every message with a per-iteration pattern and check every byte
-  --progress=manual|thread   poll the device in the test loop (default) or run the engine thread
+  --progress=manual|thread   poll the device in the test loop (default) or in the runtime's progress thread
   --faults=SPEC    fault injection (test feature), e.g. 'both:drop=0.01,reorder=0.01;seed=3'
   --pcap FILE      capture RoCE/ARP frames;  --timeout SECS  bound on every wait (default 10)
   -u N             RC local ACK timeout 4.096 µs × 2^N, N 1..31 (default 14; retry_cnt is 7)

@@ -217,17 +217,17 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     // the device may write into the buffer until it is dropped (after this function, in
     // Setup::finish, or in the engine thread): the buffer lives as long as the process
     let buf: &'static mut Buffer = Box::leak(Box::new(Buffer::new(total)?));
-    let pd = dev.device_mut().alloc_pd();
+    let pd = dev.alloc_pd();
     let mr = buf.register(dev, pd)?;
     let cq_depth = (o.qps as u64 * (nslots + tx_slots) + 64).min(1 << 20) as usize;
-    let cq = verb("create_cq", dev.device_mut().create_cq(cq_depth))?;
+    let cq = verb("create_cq", dev.create_cq(cq_depth))?;
     let mut rng = Rng::new();
     let mut qps = Vec::new();
     for _ in 0..o.qps {
         let cap = QpCap { max_send_wr: tx_slots as u32 + 16, max_recv_wr: nslots as u32 + 16, ..QpCap::default() };
         let t = if o.ud { QpType::Ud } else { QpType::Rc };
-        let h = verb("create_qp", dev.device_mut().create_qp(QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false }))?;
-        let qpn = verb("query_qp", dev.device().query_qp(h))?.qp_num.value();
+        let h = verb("create_qp", dev.create_qp(QpInitAttr { qp_type: t, pd, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false }))?;
+        let qpn = verb("query_qp", dev.query_qp(h))?.qp_num.value();
         qps.push(QpCtx { h, qpn, psn: rng.psn(), remote: None, ud: None });
     }
     let mut r = Run { o: o.clone(), mr, cq, qps, slot, nslots, tx_slots, mtu: want, side, gid };
@@ -341,7 +341,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             print_addrs(&r);
             hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
             if o.progress == Progress::Thread {
-                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+                dv.start_thread()?;
             }
             if client {
                 let (stats, secs) = bw_client(&mut r, dv)?;
@@ -377,7 +377,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             print_addrs(&r);
             hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
             if o.progress == Progress::Thread {
-                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+                dv.start_thread()?;
             }
             if o.test == Test::WriteLat {
                 let samples = write_lat(&mut r, dv, client)?;
@@ -420,7 +420,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             }
             hs(&r, &mut ctrl, dv, "the peer's receives posted")?;
             if o.progress == Progress::Thread {
-                dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+                dv.start_thread()?;
             }
             if o.test == Test::SendLat {
                 let samples = send_lat(&mut r, dv, client)?;
@@ -468,9 +468,7 @@ fn xchg_reports(ctrl: &mut Ctrl, dv: &mut Dev, mine: &BwReport) -> R<BwReport> {
 
 /// `ctx_close_connection`: one more handshake, then "done".
 fn close(r: &Run, ctrl: &mut Ctrl, dv: &mut Dev) -> R<()> {
-    if let Ok(d) = dv.manual() {
-        d.flush();
-    }
+    dv.flush();
     ctrl.xchg(&r.key(0).encode(), dv, "the closing handshake")?;
     ctrl.write(DONE, dv)
 }
@@ -481,7 +479,7 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
     for q in &r.qps {
         let k = q.remote.as_ref().ok_or("no remote keys")?;
         if r.o.ud {
-            let dd = d.device_mut();
+            let dd = &mut *d;
             let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: QKey(DEF_QKEY), ..QpAttr::default() };
             verb("modify_qp INIT", dd.modify_qp(q.h, &a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY))?;
             let a = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
@@ -492,7 +490,7 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
             let mut av = d.av(k.gid, sgid);
             av.hop_limit = 0xff;
             let own_reads = if matches!(r.o.test, Test::ReadLat | Test::ReadBw | Test::AtomicLat | Test::AtomicBw) { OUT_READS } else { 1 };
-            let dd = d.device_mut();
+            let dd = &mut *d;
             let (a, m) = init_attr(AccessFlags::ALL);
             verb("modify_qp INIT", dd.modify_qp(q.h, &a, m))?;
             let (a, m) = rtr_attr(av, mtu, Qpn::new(k.qpn), Psn::new(k.psn), own_reads as u8, 12);
@@ -582,7 +580,7 @@ fn check_response(r: &Run, dv: &Dev, q: usize, i: u64, n: u64) -> R<()> {
 /// The streaming requester of write_bw, read_bw, atomic_bw and send_bw.
 fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
     if r.o.progress == Progress::Thread {
-        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+        dv.start_thread()?;
     }
     let nq = r.qps.len();
     let iters = r.o.iters;
@@ -789,7 +787,7 @@ fn drain_sends(r: &Run, dv: &mut Dev, mut n: u64) -> R<()> {
 
 fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
     if r.o.progress == Progress::Thread {
-        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+        dv.start_thread()?;
     }
     let nq = r.qps.len();
     let mut samples = Vec::with_capacity(r.o.iters as usize);
@@ -866,7 +864,7 @@ fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
 
 fn read_atomic_lat(r: &mut Run, dv: &mut Dev) -> R<Vec<f64>> {
     if r.o.progress == Progress::Thread {
-        dv.start_thread(r.cq, (r.mr.va, r.mr.len))?;
+        dv.start_thread()?;
     }
     let nq = r.qps.len();
     let mut n = vec![0u64; nq];

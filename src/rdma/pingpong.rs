@@ -33,14 +33,14 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let slot = (size + grh).max(64).next_multiple_of(64);
     // slot 0: receives (every receive uses it: strict ping-pong), slot 1: the send source
     let buf: &'static mut Buffer = Box::leak(Box::new(Buffer::new(2 * slot)?));
-    let pd = dev.device_mut().alloc_pd();
+    let pd = dev.alloc_pd();
     let mr = buf.register(dev, pd)?;
     let (rbuf, sbuf) = (mr.va, mr.va + slot);
-    let cq = verb("create_cq", dev.device_mut().create_cq(rx_depth as usize + 16))?;
+    let cq = verb("create_cq", dev.create_cq(rx_depth as usize + 16))?;
     let cap = QpCap { max_send_wr: 1, max_recv_wr: rx_depth as u32, ..QpCap::default() };
     let qp = verb(
         "create_qp",
-        dev.device_mut().create_qp(QpInitAttr {
+        dev.create_qp(QpInitAttr {
             qp_type: if ud { QpType::Ud } else { QpType::Rc },
             pd,
             send_cq: cq,
@@ -50,10 +50,10 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             sq_sig_all: false,
         }),
     )?;
-    let qpn = verb("query_qp", dev.device().query_qp(qp))?.qp_num.value();
+    let qpn = verb("query_qp", dev.query_qp(qp))?.qp_num.value();
     let psn = Rng::new().psn();
     if ud {
-        let d = dev.device_mut();
+        let d = &mut *dev;
         let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: QKey(DEF_QKEY), ..QpAttr::default() };
         verb("modify_qp INIT", d.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY))?;
         let a = QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() };
@@ -62,7 +62,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         verb("modify_qp RTS", d.modify_qp(qp, &a, QpAttrMask::STATE | QpAttrMask::SQ_PSN))?;
     } else {
         let (a, m) = init_attr(AccessFlags::ALL);
-        verb("modify_qp INIT", dev.device_mut().modify_qp(qp, &a, m))?;
+        verb("modify_qp INIT", dev.modify_qp(qp, &a, m))?;
     }
     let dv = &mut setup.dev;
     if !o.verify {
@@ -87,9 +87,9 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         av.hop_limit = 1;
         let mtu = PathMtu::from_bytes(mtu).ok_or("bad MTU")?;
         let (a, m) = rtr_attr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn), 1, 12);
-        verb("modify_qp RTR", d.device_mut().modify_qp(qp, &a, m))?;
+        verb("modify_qp RTR", d.modify_qp(qp, &a, m))?;
         let (a, m) = rts_attr(Psn::new(psn), o.qp_timeout, 7, 7, 1);
-        verb("modify_qp RTS", d.device_mut().modify_qp(qp, &a, m))?;
+        verb("modify_qp RTS", d.modify_qp(qp, &a, m))?;
         Ok(None)
     };
     let (peer, dest) = if let Some(s) = &o.server {
@@ -112,7 +112,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     };
     println!("  remote address: LID 0x0000, QPN {:#08x}, PSN {:#08x}, GID {}", peer.qpn, peer.psn, peer.gid.to_ipv6());
     if o.progress == Progress::Thread {
-        dv.start_thread(cq, (mr.va, mr.len))?;
+        dv.start_thread()?;
     }
 
     let iters = o.iters;

@@ -15,8 +15,8 @@
 //! `-V` has the client compare the two buffers. Exit codes: 0, 1 failure, 2 bad arguments.
 
 use super::dev::{self, check_wc, verb, Buffer, R};
-use droce_dpdk::roce::cm::{to_init, CmAgent, CmAgentConfig, CmAgentEvent, ConnId, ConnectParams};
-use droce_dpdk::roce::RoceDevice;
+use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams};
+use droce_dpdk::runtime::Runtime;
 use droce_transport::qp::{QpCap, QpHandle, QpInitAttr, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{CqHandle, MemoryRegion, RecvWr, SendOpcode, SendWr, Sge, WorkCompletion};
@@ -275,8 +275,7 @@ fn cstr(b: &[u8]) -> String {
 }
 
 struct Side<'a> {
-    dev: &'a mut RoceDevice,
-    cm: CmAgent,
+    dev: &'a mut Runtime,
     cq: CqHandle,
     qp: Option<QpHandle>,
     conn: Option<ConnId>,
@@ -290,9 +289,7 @@ struct Side<'a> {
 
 impl Side<'_> {
     fn pump(&mut self) -> bool {
-        let a = !self.dev.poll().is_idle();
-        let b = self.cm.poll(self.dev);
-        a || b
+        self.dev.progress()
     }
 
     /// Next CM event, pumping; bounded by the timeout (reset by device activity).
@@ -302,7 +299,7 @@ impl Side<'_> {
             if self.pump() {
                 last = Instant::now();
             }
-            if let Some(e) = self.cm.poll_event() {
+            if let Some(e) = self.dev.poll_cm_event() {
                 return Ok(e);
             }
             if last.elapsed() > self.timeout {
@@ -318,7 +315,7 @@ impl Side<'_> {
             if self.pump() {
                 last = Instant::now();
             }
-            if let Some(wc) = verb("poll_cq", self.dev.device_mut().poll_cq_one(self.cq))? {
+            if let Some(wc) = verb("poll_cq", self.dev.poll_cq_one(self.cq))? {
                 if wc.status == WcStatus::WrFlushErr && self.conn_down() {
                     // the CM moved the QP to ERROR (DREQ/DREP): the posted receive is flushed
                     self.disconnected = true;
@@ -327,14 +324,14 @@ impl Side<'_> {
                 check_wc(what, &wc)?;
                 return Ok(wc);
             }
-            while let Some(e) = self.cm.poll_event() {
+            while let Some(e) = self.dev.poll_cm_event() {
                 match e {
                     CmAgentEvent::Disconnected { id } if Some(id) == self.conn => {
                         self.disconnected = true;
                         return Err("disconnected".into());
                     }
                     CmAgentEvent::ConnectRequest { id, .. } => {
-                        let _ = self.cm.reject(id, b"busy");
+                        let _ = self.dev.reject(id, b"busy");
                     }
                     _ => {}
                 }
@@ -350,7 +347,7 @@ impl Side<'_> {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_millis(100) {
             self.pump();
-            while let Some(e) = self.cm.poll_event() {
+            while let Some(e) = self.dev.poll_cm_event() {
                 if let CmAgentEvent::Disconnected { id } | CmAgentEvent::TimedOut { id } = e {
                     if Some(id) == self.conn {
                         return true;
@@ -363,7 +360,7 @@ impl Side<'_> {
 
     fn post_recv(&mut self, b: &Bufs) -> R<()> {
         let qp = self.qp.ok_or("no QP")?;
-        verb("post_recv", self.dev.device_mut().post_recv(qp, RecvWr::new(1).with_sge(b.recv, INFO_LEN as u32, b.mr.lkey)))
+        verb("post_recv", self.dev.post_recv(qp, RecvWr::new(1).with_sge(b.recv, INFO_LEN as u32, b.mr.lkey)))
     }
 
     fn post(&mut self, op: SendOpcode, local: u64, len: u32, lkey: droce_transport::Lkey, remote: Option<(u64, u32)>) -> R<()> {
@@ -374,7 +371,7 @@ impl Side<'_> {
             wr.remote_addr = addr;
             wr.rkey = droce_transport::Rkey(rkey);
         }
-        verb("post_send", self.dev.device_mut().post_send(qp, wr))
+        verb("post_send", self.dev.post_send(qp, wr))
     }
 
     /// Waits for our own completion of kind `want` (a receive may come first: it is kept).
@@ -410,23 +407,22 @@ impl Side<'_> {
     }
 }
 
-fn run(dev: &mut RoceDevice, o: &RpingOpts) -> R<()> {
+fn run(dev: &mut Runtime, o: &RpingOpts) -> R<()> {
     // The server's rdma_buf takes what the client advertises (up to the -S bound of 1 MiB).
     let size = if o.server.is_none() { 1 << 20 } else { o.size as u64 };
     let mut buf = Buffer::new(8192 + 2 * size.next_multiple_of(4096))?;
-    let pd = dev.device_mut().alloc_pd();
+    let pd = dev.alloc_pd();
     let mr = buf.register(dev, pd)?;
     let b = Bufs { mr, recv: buf.base, send: buf.base + 64, rdma: buf.base + 4096, start: buf.base + 4096 + size.next_multiple_of(4096) };
-    let cq = verb("create_cq", dev.device_mut().create_cq(64))?;
-    let cm = CmAgent::new(dev, CmAgentConfig { seed: dev::seed(), ..Default::default() }).map_err(|e| e.to_string())?;
-    let mut s = Side { dev, cm, cq, qp: None, conn: None, timeout: o.timeout, disconnected: false, early_recv: None };
+    let cq = verb("create_cq", dev.create_cq(64))?;
+    let mut s = Side { dev, cq, qp: None, conn: None, timeout: o.timeout, disconnected: false, early_recv: None };
     let new_qp = |s: &mut Side| -> R<QpHandle> {
         let cap = QpCap { max_send_wr: 16, max_recv_wr: 2, ..QpCap::default() };
         let qp = verb(
             "create_qp",
-            s.dev.device_mut().create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: s.cq, recv_cq: s.cq, srq: None, cap, sq_sig_all: true }),
+            s.dev.create_qp(QpInitAttr { qp_type: QpType::Rc, pd, send_cq: s.cq, recv_cq: s.cq, srq: None, cap, sq_sig_all: true }),
         )?;
-        to_init(s.dev, qp).map_err(|e| e.to_string())?;
+        s.dev.qp_to_init(qp).map_err(|e| e.to_string())?;
         Ok(qp)
     };
     let res = match o.server {
@@ -438,19 +434,17 @@ fn run(dev: &mut RoceDevice, o: &RpingOpts) -> R<()> {
     while t0.elapsed() < Duration::from_millis(100) {
         s.pump();
     }
-    let Side { dev, cm, .. } = s;
-    cm.close(dev);
     res
 }
 
 fn server(s: &mut Side, b: &Bufs, o: &RpingOpts, new_qp: impl Fn(&mut Side) -> R<QpHandle>) -> R<()> {
-    s.cm.listen(o.port);
+    s.dev.listen(o.port);
     // Wait for a connect request as long as the server runs (rping waits forever; we are
     // bounded by 10 × --timeout so a forgotten server ends).
     let t0 = Instant::now();
     let id = loop {
         s.pump();
-        if let Some(CmAgentEvent::ConnectRequest { id, .. }) = s.cm.poll_event() {
+        if let Some(CmAgentEvent::ConnectRequest { id, .. }) = s.dev.poll_cm_event() {
             break id;
         }
         if t0.elapsed() > o.timeout * 10 {
@@ -461,12 +455,12 @@ fn server(s: &mut Side, b: &Bufs, o: &RpingOpts, new_qp: impl Fn(&mut Side) -> R
     s.qp = Some(qp);
     s.conn = Some(id);
     s.post_recv(b)?;
-    s.cm.accept(s.dev, id, qp, &ConnectParams::rping()).map_err(|e| format!("rdma_accept: {e}"))?;
+    s.dev.accept(id, qp, &ConnectParams::rping()).map_err(|e| format!("rdma_accept: {e}"))?;
     loop {
         match s.cm_event("the RTU")? {
             CmAgentEvent::Established { id: e, .. } if e == id => break,
             CmAgentEvent::ConnectRequest { id: other, .. } => {
-                let _ = s.cm.reject(other, b"busy");
+                let _ = s.dev.reject(other, b"busy");
             }
             CmAgentEvent::TimedOut { .. } => return Err("connection timed out (no RTU)".into()),
             e => return Err(format!("unexpected CM event while accepting: {e:?}")),
@@ -511,7 +505,7 @@ fn client(s: &mut Side, b: &Bufs, o: &RpingOpts, server: Ipv4Addr, new_qp: impl 
     let qp = new_qp(s)?;
     s.qp = Some(qp);
     s.post_recv(b)?;
-    let id = s.cm.connect(s.dev, SocketAddr::new(server.into(), o.port), qp, &ConnectParams::rping()).map_err(|e| format!("rdma_connect: {e}"))?;
+    let id = s.dev.connect(SocketAddr::new(server.into(), o.port), qp, &ConnectParams::rping()).map_err(|e| format!("rdma_connect: {e}"))?;
     s.conn = Some(id);
     // The CM retries the REQ for up to ~95 s (rdma_cm's 15 × 6.3 s); our bound is the timeout
     // per wait, reset by CM retransmissions.
@@ -548,7 +542,7 @@ fn client(s: &mut Side, b: &Bufs, o: &RpingOpts, server: Ipv4Addr, new_qp: impl 
             println!("ping data: {}", cstr(&got));
         }
     }
-    s.cm.disconnect(s.dev, id).map_err(|e| format!("rdma_disconnect: {e}"))?;
+    s.dev.disconnect(id).map_err(|e| format!("rdma_disconnect: {e}"))?;
     loop {
         match s.cm_event("the DREP") {
             Ok(CmAgentEvent::Disconnected { id: e }) if e == id => break,

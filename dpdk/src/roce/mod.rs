@@ -24,7 +24,6 @@
 //!             for callers that keep polling or flush() before a blocking wait)
 //! window:     on a memif port at path MTU 1024 the default max_unacked_psns becomes
 //!             MEMIF_WINDOW (1024); elsewhere rxe's 128 (see MEMIF_WINDOW)
-//!             EngineThread::spawn(dev, cqs) for auto progress (see `thread`)
 //! neighbours: neighbours() -> [(ip, mac, static)], add_neighbour(ip, mac)
 //! stats:      stats() -> RoceStats {port, transport, engine, faults_rx, faults_tx};
 //!             format_roce_stats(port, &stats) ("show roce stats" block); flush_pcap()
@@ -115,12 +114,10 @@ pub mod memory;
 pub mod mesh;
 pub mod neigh;
 pub mod pcap;
-pub mod thread;
 
 pub use fault::{FaultConfig, FaultCounters, FaultParseError, FaultProbs};
 pub use memory::ProcessMemory;
 pub use neigh::NeighConfig;
-pub use thread::{Command, EngineThread, Event, Reply, VerbError};
 
 use crate::{ConfiguredPort, Mbuf, MbufBatch, Mempool, PortId, PortStats, QueueId, Tsc};
 use droce_transport::counters::Counters;

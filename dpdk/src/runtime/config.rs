@@ -25,8 +25,10 @@ pub enum Progress {
 pub struct RuntimeConfig {
     /// Full EAL argv including the program name ("droce").
     pub eal_args: Vec<String>,
-    /// Port device name (e.g. "net_memif0"); `None`: the first port.
+    /// Port device name (e.g. "net_memif0"); `None`: port number [`RuntimeConfig::port_index`].
     pub port: Option<String>,
+    /// The port when no name is given (0: the first port EAL found).
+    pub port_index: usize,
     /// This process's RoCE address (its GID, IPv4-mapped or IPv6).
     pub ip: IpAddr,
     /// The other end of a point-to-point link (what a loopback destination means).
@@ -52,6 +54,17 @@ pub struct RuntimeConfig {
     pub source: String,
     /// Set for the zero-config default: this process's end of the memif pair.
     pub link: Option<DefaultLink>,
+    /// With no `eth_mtu`, take 9000 where frames never meet a kernel or a switch (ring ports,
+    /// memif ports whose buffers hold a jumbo frame). Default yes; the CLI, whose `--mtu`
+    /// decides, says no.
+    pub auto_jumbo: bool,
+    /// The application's stdout is not EAL's: EAL's log goes to (a copy of) stderr and its
+    /// usage text is kept off stdout. Default yes (libraries inside MPI programs, fabtests);
+    /// the CLI says no and captures EAL's output itself to explain a failed start.
+    pub library_stdio: bool,
+    /// Wait this long at open for the port's link to come up, and fail if it does not (the
+    /// CLI: its tests start right after). `None` (default): only a memif client waits.
+    pub link_wait: Option<Duration>,
 }
 
 /// Why the host could not be brought up. `Display` is one line saying what to fix.
@@ -321,22 +334,44 @@ impl RuntimeConfig {
             eal.extend(["-a".into(), a]);
         }
         eal.extend(extra);
-        Ok(RuntimeConfig {
-            eal_args: eal,
-            port,
+        let mut c = RuntimeConfig::new(eal, ip);
+        c.port = port;
+        c.peer = peer;
+        c.neighbours = neighbours;
+        c.eth_mtu = mtu;
+        c.progress = progress;
+        c.hold_acks = hold_acks;
+        c.faults = faults;
+        c.pcap = pcap;
+        c.rank = rank;
+        c.mbufs = mbufs;
+        Ok(c)
+    }
+
+    /// The defaults around the two things every runtime needs: EAL's arguments (program name
+    /// first) and this process's RoCE address. The first port, manual progress, ACKs held,
+    /// [`DEFAULT_MBUFS`], library stdio, jumbo frames where they fit.
+    pub fn new(eal_args: Vec<String>, ip: IpAddr) -> RuntimeConfig {
+        RuntimeConfig {
+            eal_args,
+            port: None,
+            port_index: 0,
             ip,
-            peer,
-            neighbours,
-            eth_mtu: mtu,
-            progress,
-            hold_acks,
-            faults,
-            pcap,
-            rank,
-            mbufs,
+            peer: None,
+            neighbours: Vec::new(),
+            eth_mtu: None,
+            progress: Progress::Manual,
+            hold_acks: true,
+            faults: None,
+            pcap: None,
+            rank: None,
+            mbufs: DEFAULT_MBUFS,
             source: "conf text".into(),
             link: None,
-        })
+            auto_jumbo: true,
+            library_stdio: true,
+            link_wait: None,
+        }
     }
 }
 

@@ -92,7 +92,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 pub use config::{rank_from_env, Progress, RuntimeConfig, RuntimeError, DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, RANK_VARS};
-pub use progress::{global, lock_global, start_progress_thread, ACK_WATCHDOG_TICK};
+pub use progress::{global, install_global, lock_global, start_progress_thread, stop_progress_thread, ACK_WATCHDOG_TICK};
 pub use zeroconf::{mesh_ip, mesh_mac, DefaultLink, MESH_MAX, MESH_OPEN_WAIT};
 use zeroconf::{mark_slot_ready, memif_client_socket, Mesh, MeshPeer};
 
@@ -210,11 +210,15 @@ impl Runtime {
     /// Brings droce up in this process. EAL can be initialised once per process: a second
     /// `open` (or one after a failed EAL init that got past argument parsing) fails.
     pub fn open(cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        sys::eal_log_to_stderr();
         let saved = sys::get_affinity();
-        // rte_eal_init prints its usage text to stdout on a bad argument: the application's
-        // output (fi_pingpong, MPI programs) must not get it
-        let res = sys::stdout_to_stderr(|| Eal::init(&cfg.eal_args));
+        let res = if cfg.library_stdio {
+            sys::eal_log_to_stderr();
+            // rte_eal_init prints its usage text to stdout on a bad argument: the application's
+            // output (fi_pingpong, MPI programs) must not get it
+            sys::stdout_to_stderr(|| Eal::init(&cfg.eal_args))
+        } else {
+            Eal::init(&cfg.eal_args)
+        };
         // EAL pins the calling thread to the main lcore; the application's threads (and every
         // MPI rank on the machine) would otherwise all land on that one CPU
         if let Some(set) = &saved {
@@ -228,14 +232,19 @@ impl Runtime {
         let names = || ids.iter().map(|p| crate::port_name(*p).unwrap_or_else(|_| p.0.to_string())).collect::<Vec<_>>().join(", ");
         let id = match &cfg.port {
             Some(n) => crate::port_by_name(n).ok_or_else(|| RuntimeError::Port(format!("no port named '{n}' (ports: {}) ({})", names(), cfg.source)))?,
-            None => *ids.first().ok_or_else(|| RuntimeError::Port(format!("EAL found no port ({}): give a vdev or a PCI allowlist entry", cfg.source)))?,
+            None => *ids.get(cfg.port_index).ok_or_else(|| match cfg.port_index {
+                0 => RuntimeError::Port(format!("EAL found no port ({}): give a vdev or a PCI allowlist entry", cfg.source)),
+                i => RuntimeError::Port(format!("no port {i}: EAL found {} ({})", ids.len(), cfg.source)),
+            })?,
         };
         let mut port = Port::new(id).map_err(|e| RuntimeError::Port(format!("port {}: {e}", id.0)))?;
         let info = port.info().map_err(|e| RuntimeError::Port(format!("port {}: {e}", id.0)))?;
         let memif = info.driver_name == "net_memif";
         let mut cfg = cfg;
         let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
-        cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name, memif_bsize(&cfg.eal_args, &pname)));
+        if cfg.auto_jumbo {
+            cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name, memif_bsize(&cfg.eal_args, &pname)));
+        }
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };
         let n = cfg.mbufs;
@@ -278,14 +287,15 @@ impl Runtime {
         } else {
             let client_sock = if memif { memif_client_socket(&cfg.eal_args, &pname) } else { None };
             let t0 = Instant::now();
+            let connect_wait = cfg.link_wait.unwrap_or(CLIENT_CONNECT_TIMEOUT);
             if let Some(sock) = &client_sock {
                 // a memif client's start fails while its server is not listening, and in DPDK
                 // 22.11 a port whose start failed does not come up on a later start: wait for
                 // the listener
                 while !sock.listening() {
-                    if t0.elapsed() > CLIENT_CONNECT_TIMEOUT {
+                    if t0.elapsed() > connect_wait {
                         return Err(RuntimeError::Port(format!(
-                            "{pname}: no memif server listening on {} within {CLIENT_CONNECT_TIMEOUT:?} ({})",
+                            "{pname}: no memif server listening on {} within {connect_wait:?}: the link did not come up ({})",
                             sock.describe(),
                             cfg.source
                         )));
@@ -300,7 +310,13 @@ impl Runtime {
             if client_sock.is_some() {
                 // the handshake follows the connect: let the first sends find the link up; a
                 // configured memif client reconnects with Port's back-off
-                let _ = port.wait_link_up(CLIENT_CONNECT_TIMEOUT.saturating_sub(t0.elapsed()));
+                let _ = port.wait_link_up(connect_wait.saturating_sub(t0.elapsed()));
+            }
+            if let Some(wait) = cfg.link_wait {
+                if !port.wait_link_up(wait).unwrap_or(false) {
+                    let hint = if memif { " (is the memif peer running?)" } else { "" };
+                    return Err(RuntimeError::Port(format!("{pname}: link did not come up within {wait:?}{hint}")));
+                }
             }
         }
         let mut rc = RoceConfig::new(id, QueueId(0));
@@ -375,6 +391,38 @@ impl Runtime {
             false
         };
         !w.is_idle() || c
+    }
+
+    /// Whether RC ACKs wait for the next poll, to leave in one burst with the application's
+    /// reply ([`RuntimeConfig::hold_acks`]); the one switch of the ACK-hold policy.
+    pub fn set_hold_acks(&mut self, on: bool) {
+        self.dev.set_hold_acks(on);
+    }
+
+    /// Sends what waits now (held ACKs, queued frames).
+    pub fn flush(&mut self) {
+        self.dev.flush();
+    }
+
+    /// The index of `gid` in this port's GID table.
+    pub fn gid_index(&self, gid: &droce_transport::Gid) -> Option<u8> {
+        self.dev.gid_index(gid)
+    }
+
+    /// Writes what the pcap capture holds (conf `pcap`) to its file.
+    pub fn flush_pcap(&mut self) {
+        self.dev.flush_pcap();
+    }
+
+    /// Stops and closes the port and ends EAL without `rte_eal_cleanup`, for a process about to
+    /// exit (the CLI at the end of a run): DPDK's interrupt thread is parked first
+    /// ([`Port::close_at_exit`]). The runtime is unusable afterwards.
+    pub fn close_for_exit(&mut self) {
+        self.dev.flush_pcap();
+        drop(self._port.0.take().map(|p| p.close_at_exit()));
+        if let Some(e) = self._eal.0.take() {
+            e.release_for_exit();
+        }
     }
 
     pub fn config(&self) -> &RuntimeConfig {

@@ -43,6 +43,28 @@ pub fn global() -> Result<&'static Mutex<Runtime>, RuntimeError> {
         })
 }
 
+/// Makes `rt` (opened by the caller, e.g. the CLI from its arguments) the process-wide runtime
+/// and, with `thread`, starts the progress thread on it. Fails if the process has one already.
+pub fn install_global(rt: Runtime, thread: bool) -> Result<&'static Mutex<Runtime>, RuntimeError> {
+    if GLOBAL.get().is_some() {
+        return Err(RuntimeError::Device("this process has a runtime already".into()));
+    }
+    sys::at_exit(stop_threads);
+    let m: &'static Mutex<Runtime> = Box::leak(Box::new(Mutex::new(rt)));
+    GLOBAL.set(Ok((m, thread))).map_err(|_| RuntimeError::Device("this process has a runtime already".into()))?;
+    if thread {
+        start_progress_thread(None);
+    }
+    Ok(m)
+}
+
+/// Ends the progress thread and waits for it (bounded like the exit path): the caller's
+/// thread alone touches the runtime afterwards (the CLI before it prints its counters and
+/// closes the port). The thread is not started again in this process.
+pub fn stop_progress_thread() {
+    stop_threads_inner(false);
+}
+
 /// [`global`] locked; a poisoned lock (a panic while it was held) is taken over.
 pub fn lock_global() -> Result<MutexGuard<'static, Runtime>, RuntimeError> {
     Ok(global()?.lock().unwrap_or_else(PoisonError::into_inner))
@@ -140,6 +162,10 @@ fn progress_loop() {
 /// application thread may hold the lock while another exits). Then DPDK's interrupt thread is
 /// parked for good: nothing of DPDK runs during the destructors.
 pub(super) extern "C" fn stop_threads() {
+    stop_threads_inner(true);
+}
+
+fn stop_threads_inner(freeze_interrupts: bool) {
     EXITING.store(true, Ordering::SeqCst);
     let t0 = Instant::now();
     while IN_ROUND.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_millis(50) {
@@ -154,5 +180,7 @@ pub(super) extern "C" fn stop_threads() {
             }
         }
     }
-    crate::intr_gate::freeze();
+    if freeze_interrupts {
+        crate::intr_gate::freeze();
+    }
 }

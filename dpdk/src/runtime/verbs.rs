@@ -166,6 +166,12 @@ impl Runtime {
         self.cm.unlisten_service(service_id)
     }
 
+    /// Moves RC QP `qp` from RESET to INIT with every access right, as `rdma_create_qp` does,
+    /// so that receives can be posted before [`Runtime::connect`] / [`Runtime::accept`].
+    pub fn qp_to_init(&mut self, qp: QpHandle) -> Result<(), CmAgentError> {
+        crate::roce::cm::to_init(&mut self.dev, qp)
+    }
+
     /// Starts a connection of RC QP `qp` (RESET or INIT) to `dst`; the QP reaches RTS when
     /// [`CmAgentEvent::Established`] comes.
     pub fn connect(&mut self, dst: SocketAddr, qp: QpHandle, p: &ConnectParams) -> Result<ConnId, CmAgentError> {
