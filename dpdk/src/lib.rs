@@ -41,7 +41,7 @@
 //! rdtsc(), tsc_hz(), Tsc::new() (cycles_to_ns, ns_to_cycles, now, elapsed_ns), TscInstant
 //! Error (Display has rte_strerror text), strerror(errno), Result<T>
 //! offload bit constants: dpdk_sys::consts::*, re-exported as `offload`
-//! roce::RoceDevice (issue 4): a droce-transport Device on a port+queue with ARP/ND, GID table,
+//! roce::RoceDevice: a droce-transport Device on a port+queue with ARP/ND, GID table,
 //!   UDP 4791 demux, TSC timers, budgeted poll(), pcap, fault injection, EngineThread (auto
 //!   progress over ringbuf SPSC rings); API page in the `roce` module docs
 //! host::{HostConfig, Host, global}: droce inside a library's process from the environment
@@ -123,7 +123,7 @@ mod port;
 mod tsc;
 /// droce brought up inside an application's process from its environment (libraries).
 pub mod host;
-/// RoCEv2 device on a port (issue 4): see the module docs.
+/// RoCEv2 device on a port: see the module docs.
 pub mod roce;
 
 pub use dpdk_sys as sys;
