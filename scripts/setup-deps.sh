@@ -15,7 +15,7 @@ PKGS=(
   mpich libmpich-dev             # mpiexec.mpich / mpicc.mpich (Debian's MPICH is ch4:ucx): tests/mpi.rs
   libucx-dev ucx-utils           # UCX 1.13 headers, ucx_info (config.h for ucx-glue), ucx_perftest
   tshark tcpdump                 # reading the pcaps droce writes, cross-checking droce-dump
-  python3                        # ../shared/vectors/icrc_check.py, the independent ICRC checker
+  python3                        # transport/tests/vectors/icrc_check.py: the golden tests cross-check IPv6 ICRCs with it
 )
 
 missing=()

@@ -2,12 +2,12 @@
 //! allreduce, alltoall, nonblocking exchange incl. self, barriers) built with Debian's
 //! `mpicc.openmpi` / `mpicc.mpich` into this test's target dir and run
 //!
-//! - through libfabric (issue 5): Open MPI 4.1.4 `mpirun --allow-run-as-root --oversubscribe -np 2
+//! - through libfabric: Open MPI 4.1.4 `mpirun --allow-run-as-root --oversubscribe -np 2
 //!   (and 4) --mca pml cm --mca mtl ofi -x FI_PROVIDER=droce -x FI_PROVIDER_PATH=<dir of
 //!   libdroce_fi.so>`, checking that every rank selected `droce;ofi_rxm`;
-//! - through UCX (issue 6): MPICH (`mpiexec.mpich`, Debian's is ch4:ucx) and Open MPI
-//!   `--mca pml ucx` with `libuct_droce.so` preloaded (section `ucx` below: the UCX helper owns
-//!   the environment those runs need, `ucx_droce_env`).
+//! - through UCX: MPICH (`mpiexec.mpich`, Debian's is ch4:ucx) and Open MPI `--mca pml ucx`
+//!   with `libuct_droce.so` preloaded (module `ucx` below; `ucx_droce_env` is the environment
+//!   those runs need).
 //!
 //! Two ranks use the zero-config memif pair (named by DROCE_LINK so concurrent pairs on the
 //! machine cannot meet); the `*_zero_config_np3` tests run three ranks on the zero-config
@@ -164,7 +164,7 @@ fn zero_config_env() -> Vec<(String, String)> {
 }
 
 
-// ------------------------------------------------------------ libfabric (issue 5)
+// ------------------------------------------------------------ libfabric
 
 fn openmpi_cm_ofi_droce(np: u32) {
     let dir = fi_provider_dir();
@@ -186,7 +186,7 @@ fn openmpi_cm_ofi_droce_np4() {
     openmpi_cm_ofi_droce(4);
 }
 
-/// Three ranks with no configuration at all (issue 18): the zero-config memif mesh, one link
+/// Three ranks with no configuration at all: the zero-config memif mesh, one link
 /// per pair of ranks.
 #[test]
 fn openmpi_cm_ofi_droce_zero_config_np3() {
@@ -221,11 +221,10 @@ fn harness_reports_a_failing_job() {
     assert!(e.contains("exit code") && e.contains("mpirun"), "failure report lacks the output:\n{e}");
 }
 
-// ------------------------------------------------------------ UCX (issue 6)
+// ------------------------------------------------------------ UCX
 //
-// Owned by the UCX helper: `ucx_droce_env` is the documented environment (docs/ucx.md) that
-// puts libuct_droce.so under MPICH and Open MPI pml ucx. The runners and the tcp baselines are
-// ready; adjust only what the transport needs.
+// `ucx_droce_env` is the documented environment (docs/ucx.md) that puts libuct_droce.so under
+// MPICH and Open MPI pml ucx; the baselines run the same jobs over UCX tcp.
 mod ucx {
     use super::*;
 
@@ -270,7 +269,7 @@ mod ucx {
         e
     }
 
-    /// Three ranks with no configuration at all (issue 18): the zero-config memif mesh.
+    /// Three ranks with no configuration at all: the zero-config memif mesh.
     #[test]
     fn mpich_ucx_droce_zero_config_np3() {
         let e = ucx_zero_config_env();

@@ -1,4 +1,4 @@
-//! UCX over droce (issue 6): `libuct_droce.so` (package droce-ucx) preloaded into Debian's UCX
+//! UCX over droce: `libuct_droce.so` (package droce-ucx) preloaded into Debian's UCX
 //! 1.13.1 tools.
 //!
 //! - `ucx_info -d` lists the droce memory domain and both transports on device droce0;
@@ -173,8 +173,7 @@ fn uct_ud_am_lat_and_am_bw() {
 }
 
 /// UCP with droce_ud as its only transport (wire-up, tag matching and rendezvous control all in
-/// UD active messages) on a wire that drops 2% of the received frames in both processes
-/// (written by the second ucx helper).
+/// UD active messages) on a wire that drops 2% of the received frames in both processes.
 #[test]
 fn ucp_tag_lat_over_droce_ud_only_survives_frame_loss() {
     if !tools() {

@@ -6,7 +6,8 @@
 //! - `rx`: runs one CRC-32 pass over the same bytes, checks it against the trailer, and copies
 //!   the payload into a buffer.
 //! No protocol, no ACKs, no completions: what `droce-pmd --test=write_bw` is measured against
-//! (DESIGN.md, yardsticks; `scripts/bench-limit.sh` runs both alternately).
+//! (the software-RoCE yardstick of `docs/design.md`; `scripts/bench-limit.sh` runs both
+//! alternately).
 //!
 //! ```text
 //! roce_limit -l 0 --no-huge -m 1024 --no-pci --no-shconf --file-prefix=rx \

@@ -122,9 +122,9 @@ mod mempool;
 mod port;
 #[allow(unsafe_code)]
 mod tsc;
-/// droce brought up inside an application's process from its environment (libraries).
+/// The one bring-up, poll loop, progress thread and verbs facade of every frontend.
 pub mod runtime;
-/// RoCEv2 device on a port (issue 4): see the module docs.
+/// RoCEv2 device on a port: see the module docs.
 pub mod roce;
 
 pub use dpdk_sys as sys;

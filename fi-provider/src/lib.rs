@@ -1,4 +1,4 @@
-//! libfabric provider `droce` (issue 5): `libdroce_fi.so`, loaded by libfabric 1.17 from
+//! libfabric provider `droce`: `libdroce_fi.so`, loaded by libfabric 1.17 from
 //! `FI_PROVIDER_PATH` through its `fi_prov_ini` entry point.
 //!
 //! ```text

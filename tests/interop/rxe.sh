@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Interop of droce-pmd's RDMA test modes with Linux soft-RoCE (rdma_rxe) in throw-away VMs
-# (issue 4 item 7). Uses the harness in ../shared/tools/rxe-vm (see its README): two Debian VMs
+# Interop of droce-pmd's RDMA test modes with Linux soft-RoCE (rdma_rxe) in throw-away VMs.
+# Uses the rxe-vm harness (see its README), an optional external tool that is not part of this
+# repository; without it the script prints one SKIP line and exits 0. Two Debian VMs
 # run rxe on a bridge inside netns "rxehost"; droce-pmd runs in that netns on the spare veth
 # rxeuser0 (DPDK af_packet PMD, MAC 02:77:00:00:00:02) and claims 192.168.77.2. The TCP
 # exchange of ibv_*_pingpong / perftest runs over the netns kernel's TCP (192.168.77.1), the
@@ -10,7 +11,8 @@
 #   -l        list the cases and exit
 #   CASE      a case name or a prefix/glob (e.g. rc_pingpong*, 'atomic*'); default: all
 # environment:
-#   RXE_VM_DIR      harness directory (default: <project>/../shared/tools/rxe-vm)
+#   RXE_VM_DIR      the external harness's directory (default: ../shared/tools/rxe-vm beside
+#                   the project)
 #   INTEROP_OUT     artefact directory (default: <project>/target/interop/<UTC date-time>)
 #   INTEROP_ITERS   iterations per case (default 200)
 #   INTEROP_TIMEOUT seconds allowed per process (default 120; TCG is slow)

@@ -1,6 +1,6 @@
 //! Domain newtypes: PSN, QPN, MSN (24-bit), P_Key, Q_Key, R_Key, L_Key and GIDs.
 //!
-//! A bare `u32` PSN compared with `<` is a bug waiting (STYLE.md §3): PSNs live on a 24-bit
+//! A bare `u32` PSN compared with `<` is a bug waiting to happen: PSNs live on a 24-bit
 //! circle (IBA 9.7.1), so ordering is only meaningful inside a window of half the circle,
 //! exactly like TCP sequence numbers (smoltcp `TcpSeqNumber`).
 

@@ -1,10 +1,9 @@
-//! Golden test: the IB CM MADs Linux 6.1 rxe sent for `rping -C 3` (shared/vectors/G_rping.pcap,
+//! Golden test: the IB CM MADs Linux 6.1 rxe sent for `rping -C 3` (tests/vectors/G_rping.pcap,
 //! fields from the tshark decode in G_rping.txt). Every MAD must parse to the decoded values,
 //! re-emit byte for byte, and the REQ's rdma_cm private-data header must give the rping
 //! addresses and ports. Frames are located with the crate's pcap reader and wire parser.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 
 use droce_transport::cm::rdma_cm::{self, CmaAddrs, CmaHeaderRepr, PortSpace};
 use droce_transport::cm::{AttributeId, CmMad, CmMessage, Method, GSI_QKEY, GSI_QPN, MAD_SIZE};
@@ -12,16 +11,10 @@ use droce_transport::pcap;
 use droce_transport::wire::{Opcode, RoceRepr};
 use droce_transport::{Gid, PKey, Psn, QKey, Qpn};
 
-/// `$DROCE_VECTORS`, else `../shared/vectors` next to the repository (the project layout).
-fn vectors_dir() -> PathBuf {
-    match std::env::var_os("DROCE_VECTORS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"),
-    }
-}
+mod common;
 
 fn read_capture(name: &str) -> Vec<u8> {
-    let path = vectors_dir().join(name);
+    let path = common::vectors_dir().join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (set DROCE_VECTORS)", path.display()))
 }
 

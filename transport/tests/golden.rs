@@ -1,4 +1,4 @@
-//! Golden tests against the frames Linux rxe put on the wire (../shared/vectors).
+//! Golden tests against the frames Linux rxe put on the wire (`tests/vectors/`).
 //!
 //! For every frame of every capture: parse, re-emit byte-identical from the record and the
 //! payload, ICRC verifies; the opcode histogram matches the README table; every frame listed
@@ -15,17 +15,8 @@ use droce_transport::{Gid, Msn, PKey, Psn, QKey, Qpn, Rkey};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
-
-fn vectors_dir() -> PathBuf {
-    let d = PathBuf::from(VECTORS);
-    assert!(
-        d.join("README.md").is_file(),
-        "golden vectors not found at {} (expected ../shared/vectors beside the repository)",
-        d.display()
-    );
-    d
-}
+mod common;
+use common::vectors_dir;
 
 fn pcaps() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(vectors_dir())

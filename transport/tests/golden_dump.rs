@@ -1,20 +1,16 @@
 //! droce-dump end to end: every vector file, a corrupted copy, truncated and garbage files,
 //! and a pcapng written here.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
+mod common;
+use common::vectors_dir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_droce-dump");
 
 fn vectors() -> Vec<PathBuf> {
-    let d = Path::new(VECTORS);
-    assert!(
-        d.join("README.md").is_file(),
-        "golden vectors not found at {}",
-        d.display()
-    );
-    let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+    let mut v: Vec<PathBuf> = std::fs::read_dir(vectors_dir())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
@@ -96,7 +92,7 @@ fn every_vector_file_verifies() {
 
 #[test]
 fn lines_show_the_fields() {
-    let d = Path::new(VECTORS);
+    let d = vectors_dir();
     let out = stdout(&run(&[d.join("A1_rc_pingpong_64.pcap")]));
     let l = frame_lines(&out);
     assert_eq!(
@@ -132,7 +128,7 @@ fn lines_show_the_fields() {
 
 #[test]
 fn corrupted_frame_is_reported() {
-    let mut data = std::fs::read(Path::new(VECTORS).join("A1_rc_pingpong_64.pcap")).unwrap();
+    let mut data = std::fs::read(vectors_dir().join("A1_rc_pingpong_64.pcap")).unwrap();
     // Frame 1 starts at 24 + 16; flip a payload bit (byte 60 of the frame).
     data[24 + 16 + 60] ^= 0x04;
     let t = Tmp::new("corrupt.pcap", &data);
@@ -151,7 +147,7 @@ fn corrupted_frame_is_reported() {
 
 #[test]
 fn truncated_garbage_empty_and_missing_files_fail_cleanly() {
-    let data = std::fs::read(Path::new(VECTORS).join("A1_rc_pingpong_64.pcap")).unwrap();
+    let data = std::fs::read(vectors_dir().join("A1_rc_pingpong_64.pcap")).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "trunc-record.pcap",
@@ -265,7 +261,7 @@ fn pcapng_gives_the_same_lines() {
         "G_rping.pcap",
         "D2_atomic_bw_cswap.pcap",
     ] {
-        let p = Path::new(VECTORS).join(name);
+        let p = vectors_dir().join(name);
         let data = std::fs::read(&p).unwrap();
         let want = stdout(&run(&[&p]));
         for big in [false, true] {
@@ -280,7 +276,7 @@ fn pcapng_gives_the_same_lines() {
         }
     }
     // A truncated pcapng is an error too.
-    let data = std::fs::read(Path::new(VECTORS).join("A3_rc_pingpong_13.pcap")).unwrap();
+    let data = std::fs::read(vectors_dir().join("A3_rc_pingpong_13.pcap")).unwrap();
     let ng = to_pcapng(&data, false);
     let t = Tmp::new("trunc.pcapng", &ng[..ng.len() - 5]);
     let o = run(&[&t.0]);

@@ -1,5 +1,5 @@
 //! Byte compatibility with Linux rxe: set up our devices with the QPNs, PSNs, addresses and
-//! keys of a captured rxe exchange (../shared/vectors), post the same work request and check
+//! keys of a captured rxe exchange (`tests/vectors/`), post the same work request and check
 //! that our requester emits the captured request frames and our responder, fed the captured
 //! request, emits the captured response — byte for byte, except the IPv4 identification,
 //! which Linux draws per packet (we copy it over, then recompute the IP checksum and ICRC).
@@ -11,12 +11,11 @@ use droce_transport::status::WcStatus;
 use droce_transport::verbs::{AccessFlags, AddressVector, MemoryRegion, PdHandle, RecvWr, SendOpcode, SendWr, UdDest, WcFlags};
 use droce_transport::wire::{icrc, Opcode, RoceRepr};
 use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, Psn, QKey, Qpn, Rkey, VecMemory};
-use std::path::PathBuf;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
+mod common;
 
 fn frames(name: &str) -> Vec<Vec<u8>> {
-    let path = PathBuf::from(VECTORS).join(name);
+    let path = common::vectors_dir().join(name);
     let file = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     pcap::read(&file).unwrap().iter().map(|f| f.data.to_vec()).collect()
 }

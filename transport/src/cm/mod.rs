@@ -13,7 +13,7 @@
 //!
 //! Sources of the layouts: IBA 1.4 vol 1 tables 106-120 as transcribed in Linux
 //! `include/rdma/ibta_vol1_c12.h` and `drivers/infiniband/core/cm_msgs.h`; checked against
-//! the MADs Linux 6.1 rxe sent in `shared/vectors/G_rping.pcap` (`tests/cm_golden.rs`).
+//! the MADs Linux 6.1 rxe sent in `tests/vectors/G_rping.pcap` (`tests/cm_golden.rs`).
 
 mod field;
 pub mod mad;

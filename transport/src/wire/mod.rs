@@ -1,6 +1,6 @@
 //! RoCEv2 wire formats: zero-copy header views (`*Packet<T>`) and plain records (`*Repr`),
-//! after smoltcp's `wire` module (STYLE.md §1), plus the whole-frame record [`RoceRepr`] and
-//! the ICRC.
+//! after smoltcp's `wire` module (see `docs/design.md`), plus the whole-frame record
+//! [`RoceRepr`] and the ICRC.
 //!
 //! A RoCEv2 frame is Ethernet / IPv4 or IPv6 / UDP (dst 4791) / BTH / extension headers /
 //! payload / pad / ICRC (IBA annex A17).
