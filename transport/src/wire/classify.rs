@@ -60,8 +60,9 @@ fn classify_ipv4(l3: &[u8]) -> FrameKind {
     if l3.len() < ipv4::HEADER_LEN {
         return FrameKind::Truncated;
     }
-    // Only fixed-header fields are read until the lengths are known to be consistent.
-    let ip = Ipv4Packet::new_unchecked(l3);
+    // Only fixed-header fields are read until the lengths are known to be consistent; the
+    // views are cut to their header length so that the compiler drops the bounds checks.
+    let ip = Ipv4Packet::new_unchecked(&l3[..ipv4::HEADER_LEN]);
     let (hl, total) = (ip.header_len() as usize, ip.total_len() as usize);
     if ip.version() != 4 || hl < ipv4::HEADER_LEN || total < hl + udp::HEADER_LEN {
         return FrameKind::Other;
@@ -69,7 +70,7 @@ fn classify_ipv4(l3: &[u8]) -> FrameKind {
     if total > l3.len() {
         return FrameKind::Truncated;
     }
-    if ip.next_header() != PROTOCOL_UDP || UdpPacket::new_unchecked(&l3[hl..]).dst_port() != ROCE_V2_PORT {
+    if ip.next_header() != PROTOCOL_UDP || UdpPacket::new_unchecked(&l3[hl..hl + udp::HEADER_LEN]).dst_port() != ROCE_V2_PORT {
         return FrameKind::Other;
     }
     FrameKind::RoceV2 { ipv6: false, udp: eth::HEADER_LEN + hl, len: eth::HEADER_LEN + total }
@@ -80,7 +81,7 @@ fn classify_ipv6(l3: &[u8]) -> FrameKind {
     if l3.len() < ipv6::HEADER_LEN {
         return FrameKind::Truncated;
     }
-    let ip = Ipv6Packet::new_unchecked(l3);
+    let ip = Ipv6Packet::new_unchecked(&l3[..ipv6::HEADER_LEN]);
     let plen = ip.payload_len() as usize;
     if ipv6::HEADER_LEN + plen > l3.len() {
         return FrameKind::Truncated;
@@ -88,7 +89,7 @@ fn classify_ipv6(l3: &[u8]) -> FrameKind {
     let len = eth::HEADER_LEN + ipv6::HEADER_LEN + plen;
     match ip.next_header() {
         PROTOCOL_ICMPV6 => FrameKind::Icmpv6 { len },
-        PROTOCOL_UDP if plen >= udp::HEADER_LEN && UdpPacket::new_unchecked(&l3[ipv6::HEADER_LEN..]).dst_port() == ROCE_V2_PORT => {
+        PROTOCOL_UDP if plen >= udp::HEADER_LEN && UdpPacket::new_unchecked(&l3[ipv6::HEADER_LEN..ipv6::HEADER_LEN + udp::HEADER_LEN]).dst_port() == ROCE_V2_PORT => {
             FrameKind::RoceV2 { ipv6: true, udp: eth::HEADER_LEN + ipv6::HEADER_LEN, len }
         }
         _ => FrameKind::Other,
