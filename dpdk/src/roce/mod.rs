@@ -90,10 +90,11 @@
 //! its IP destination; frames to an unknown IP wait (bounded) while ARP requests / neighbour
 //! solicitations go out (retries, then drop + count). ARP requests and NS for own addresses
 //! are answered; ARP and NA/NS sources are learned. Static entries from the config never
-//! expire.
+//! expire. The protocol is `droce_transport::neigh`; [`neigh`] does its I/O.
 //!
-//! RX demultiplexing: ARP, ICMPv6 NS/NA, IPv4/IPv6 UDP to port 4791 (→ `handle_rx`);
-//! everything else is dropped and counted (`non_roce`). The engine checks the IPv4 header
+//! RX demultiplexing (`droce_transport::wire::classify`): ARP, ICMPv6 NS/NA, IPv4/IPv6 UDP
+//! to port 4791 (→ `handle_rx`); everything else is dropped and counted (`non_roce`), and
+//! frames shorter than their headers say (`truncated`). The engine checks the IPv4 header
 //! checksum (the transport's ICRC masks it; RX offload status is used when the port gives it)
 //! and trims Ethernet padding; the transport checks the ICRC.
 //!
