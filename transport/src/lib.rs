@@ -7,7 +7,7 @@
 //!
 //! # What of the IBA (vol. 1, annex A17 for RoCEv2) is in
 //!
-//! - Wire: Ethernet, ARP, IPv4 (options skipped), IPv6, UDP 4791, BTH, RETH, AETH, DETH,
+//! - Wire: Ethernet, ARP, ICMPv6 NS/NA, IPv4 (options skipped), IPv6, UDP 4791, BTH, RETH, AETH, DETH,
 //!   AtomicETH, AtomicAckETH, ImmDt, IETH, CNP (0x81, parsed and emitted); the RC, UC and UD
 //!   opcode table with header offsets derived from it; ICRC per A17.3.3 (masked fields, the
 //!   8-byte LRH seed, inverted); 24-bit PSN/QPN arithmetic mod 2^24.
@@ -50,6 +50,7 @@ pub mod cm;
 pub mod counters;
 pub mod device;
 pub mod memory;
+pub mod neigh;
 pub mod qp;
 pub mod rc;
 pub(crate) mod rng;

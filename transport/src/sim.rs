@@ -1,7 +1,7 @@
 //! A deterministic two-node network for tests, benchmarks and fuzzing: two devices, a
 //! virtual clock, and a seeded link that drops, duplicates, reorders, delays and flips bits
 //! (quinn-proto's `tests/util.rs` `Pair`, smoltcp's fault injector). Bit flips must be
-//! caught by the ICRC.
+//! caught by the ICRC. [`NeighPair`] runs two ports' neighbour resolution on the same link.
 
 use crate::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use crate::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
@@ -9,10 +9,12 @@ use crate::rng::SplitMix64;
 use crate::time::{Duration, Instant};
 use crate::types::{Gid, Psn, QKey};
 use crate::verbs::{AccessFlags, AddressVector, CqHandle, MemoryRegion, PdHandle, UdDest, WorkCompletion};
+use crate::neigh::{NeighConfig, Neighbours, Route, MAX_CONTROL_FRAME};
+use crate::wire::{classify, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, FrameKind, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
 use crate::{Device, DeviceConfig, VecMemory};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Faults of the simulated link, as probabilities per frame.
 #[derive(Debug, Clone, Copy)]
@@ -168,12 +170,69 @@ pub struct Pair {
     /// Called for every frame put on the link (`to_b`, frame); returning true drops it.
     /// Lets tests lose one chosen packet.
     pub filter: Option<FrameFilter>,
-    rng: SplitMix64,
-    wire: BinaryHeap<Reverse<InFlight>>,
-    seq: u64,
+    wire: Wire,
     buf: Vec<u8>,
+}
+
+/// The frames in flight on a link, by arrival time, and the link's random choices.
+struct Wire {
+    rng: SplitMix64,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
     /// Recycled frame buffers.
     pool: Vec<Vec<u8>>,
+}
+
+impl Wire {
+    fn new(seed: u64) -> Wire {
+        Wire { rng: SplitMix64::new(seed), queue: BinaryHeap::new(), seq: 0, pool: Vec::new() }
+    }
+
+    /// Puts `frame` on the link at `now` with its faults (loss, duplication, bit flips,
+    /// reordering); returns the copies that will arrive (0, 1 or 2).
+    fn put(&mut self, link: &LinkConfig, stats: &mut LinkStats, now: Instant, to_b: bool, frame: &[u8]) -> u32 {
+        if self.rng.chance(link.loss) {
+            stats.dropped += 1;
+            return 0;
+        }
+        let copies = if self.rng.chance(link.duplicate) {
+            stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let mut f = self.pool.pop().unwrap_or_default();
+            f.clear();
+            f.extend_from_slice(frame);
+            if self.rng.chance(link.bit_flip) && !f.is_empty() {
+                let bit = self.rng.below(f.len() as u64 * 8);
+                f[(bit / 8) as usize] ^= 1 << (bit % 8);
+                stats.flipped += 1;
+            }
+            let mut at = now + link.delay;
+            if self.rng.chance(link.reorder) {
+                at = at + Duration(self.rng.below(link.reorder_window.0.max(1)));
+                stats.reordered += 1;
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight { at, seq: self.seq, to_b, frame: f }));
+        }
+        copies
+    }
+
+    /// The next frame due at `now`.
+    fn due(&mut self, now: Instant) -> Option<InFlight> {
+        if self.queue.peek().is_some_and(|Reverse(f)| f.at <= now) {
+            self.queue.pop().map(|Reverse(f)| f)
+        } else {
+            None
+        }
+    }
+
+    fn next_arrival(&self) -> Option<Instant> {
+        self.queue.peek().map(|Reverse(f)| f.at)
+    }
 }
 
 impl Pair {
@@ -191,7 +250,7 @@ impl Pair {
         let a = Node::with_config(1, mem_len, DeviceConfig { seed: seed ^ 0xa, ..cfg.clone() });
         let b = Node::with_config(2, mem_len, DeviceConfig { seed: seed ^ 0xb, ..cfg });
         let buf = vec![0u8; a.dev.max_frame_len()];
-        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, rng: SplitMix64::new(seed), wire: BinaryHeap::new(), seq: 0, buf, pool: Vec::new() }
+        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, wire: Wire::new(seed), buf }
     }
 
     /// Create and connect an RC QP on each node (RESET -> INIT -> RTR -> RTS).
@@ -237,33 +296,11 @@ impl Pair {
                 return;
             }
         }
-        if !self.link_up || self.rng.chance(self.link.loss) {
+        if !self.link_up {
             self.stats.dropped += 1;
             return;
         }
-        let copies = if self.rng.chance(self.link.duplicate) {
-            self.stats.duplicated += 1;
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let mut f = self.pool.pop().unwrap_or_default();
-            f.clear();
-            f.extend_from_slice(frame);
-            if self.rng.chance(self.link.bit_flip) && !f.is_empty() {
-                let bit = self.rng.below(f.len() as u64 * 8);
-                f[(bit / 8) as usize] ^= 1 << (bit % 8);
-                self.stats.flipped += 1;
-            }
-            let mut at = self.now + self.link.delay;
-            if self.rng.chance(self.link.reorder) {
-                at = at + Duration(self.rng.below(self.link.reorder_window.0.max(1)));
-                self.stats.reordered += 1;
-            }
-            self.seq += 1;
-            self.wire.push(Reverse(InFlight { at, seq: self.seq, to_b, frame: f }));
-        }
+        self.wire.put(&self.link, &mut self.stats, self.now, to_b, frame);
     }
 
     /// One round: both devices transmit everything they have, due frames are delivered and
@@ -281,12 +318,11 @@ impl Pair {
             }
         }
         self.buf = buf;
-        while self.wire.peek().is_some_and(|Reverse(f)| f.at <= self.now) {
-            let Some(Reverse(mut f)) = self.wire.pop() else { break };
+        while let Some(mut f) = self.wire.due(self.now) {
             self.stats.delivered += 1;
             let dev = if f.to_b { &mut self.b.dev } else { &mut self.a.dev };
             dev.handle_rx(self.now, &mut f.frame);
-            self.pool.push(f.frame);
+            self.wire.pool.push(f.frame);
             busy = true;
         }
         for dev in [&mut self.a.dev, &mut self.b.dev] {
@@ -299,7 +335,7 @@ impl Pair {
             return true;
         }
         let next = [
-            self.wire.peek().map(|Reverse(f)| f.at),
+            self.wire.next_arrival(),
             self.a.dev.poll_timeout(),
             self.b.dev.poll_timeout(),
         ]
@@ -356,4 +392,162 @@ pub fn ud_up(dev: &mut Device<VecMemory>, q: QpHandle, qkey: QKey) {
     dev.modify_qp(q, &a, QpAttrMask::STATE).expect("UD RTR");
     let a = QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(0x2849f1), ..QpAttr::default() };
     dev.modify_qp(q, &a, QpAttrMask::STATE | QpAttrMask::SQ_PSN).expect("UD RTS");
+}
+
+/// Two ports' neighbour resolution ([`Neighbours`]) on the seeded link: each side sends
+/// data frames (Ethernet + IPv4/IPv6, protocol 253) to IP destinations; ARP and ND resolve
+/// them through loss, duplication and reordering. Data frames arriving at a port are kept
+/// with the MAC they were sent to.
+pub struct NeighPair {
+    pub a: Neighbours<Vec<u8>>,
+    pub b: Neighbours<Vec<u8>>,
+    pub mac_a: [u8; 6],
+    pub mac_b: [u8; 6],
+    pub now: Instant,
+    pub link: LinkConfig,
+    pub stats: LinkStats,
+    /// Frames other than ARP / ICMPv6 received by a and by b, in arrival order: the data
+    /// frames (and whatever a bit flip made of another frame).
+    pub received_a: Vec<Vec<u8>>,
+    pub received_b: Vec<Vec<u8>>,
+    /// Copies of data frames the link will deliver (after its losses and duplicates).
+    pub data_copies: u64,
+    /// Data frames the neighbour layer dropped (hold queue full, destination unresolved).
+    pub data_dropped: u64,
+    /// Received ARP / ICMPv6 frames that did not parse (bit flips) or are not ND.
+    pub rx_errors: u64,
+    wire: Wire,
+}
+
+/// IP protocol number "for experimentation" (RFC 3692): the data frames of [`NeighPair`].
+const PROTOCOL_TEST: u8 = 253;
+
+impl NeighPair {
+    /// Port a: 02::1, 10.0.0.1, fd00::1; port b: 02::2, 10.0.0.2, fd00::2 (plus their
+    /// link-local addresses).
+    pub fn new(cfg: NeighConfig, link: LinkConfig, seed: u64) -> NeighPair {
+        let (mac_a, mac_b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let a = Neighbours::new(cfg, mac_a, &[Ipv4Addr::new(10, 0, 0, 1)], &[Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1)]);
+        let b = Neighbours::new(cfg, mac_b, &[Ipv4Addr::new(10, 0, 0, 2)], &[Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2)]);
+        NeighPair {
+            a,
+            b,
+            mac_a,
+            mac_b,
+            now: Instant(0),
+            link,
+            stats: LinkStats::default(),
+            received_a: Vec::new(),
+            received_b: Vec::new(),
+            data_copies: 0,
+            data_dropped: 0,
+            rx_errors: 0,
+            wire: Wire::new(seed),
+        }
+    }
+
+    /// A data frame from a (or b when `from_a` is false) to `dst`, `tag` as its payload.
+    pub fn send(&mut self, from_a: bool, dst: IpAddr, tag: u32) {
+        let (n, mac) = if from_a { (&mut self.a, self.mac_a) } else { (&mut self.b, self.mac_b) };
+        let frame = data_frame(mac, n.own_ipv6()[0], dst, tag);
+        match n.route(self.now, dst, frame) {
+            Route::Send(to, f) => self.put_data(from_a, to, f),
+            Route::Held => {}
+            Route::Dropped(_) => self.data_dropped += 1,
+        }
+    }
+
+    fn put_data(&mut self, from_a: bool, to: [u8; 6], mut f: Vec<u8>) {
+        EthernetFrame::new_unchecked(&mut f[..]).set_dst_addr(EthernetAddress(to));
+        self.stats.sent += 1;
+        self.data_copies += self.wire.put(&self.link, &mut self.stats, self.now, from_a, &f) as u64;
+    }
+
+    /// One round: requests and replies go out, due frames arrive, due retries run; if
+    /// nothing happened the clock jumps to the next event. False when idle.
+    pub fn step(&mut self) -> bool {
+        let mut busy = false;
+        let mut buf = [0u8; MAX_CONTROL_FRAME];
+        for from_a in [true, false] {
+            loop {
+                let n = if from_a { &mut self.a } else { &mut self.b };
+                let Some(len) = n.poll_transmit(&mut buf) else { break };
+                self.stats.sent += 1;
+                self.wire.put(&self.link, &mut self.stats, self.now, from_a, &buf[..len]);
+                busy = true;
+            }
+        }
+        while let Some(f) = self.wire.due(self.now) {
+            self.stats.delivered += 1;
+            busy = true;
+            let to_b = f.to_b;
+            let n = if to_b { &mut self.b } else { &mut self.a };
+            let released = match classify(&f.frame) {
+                FrameKind::Arp => n.handle_arp(self.now, &f.frame[14..]),
+                FrameKind::Icmpv6 { .. } => {
+                    let src = EthernetFrame::new_unchecked(&f.frame[..]).src_addr().0;
+                    n.handle_nd(self.now, src, &f.frame[14..])
+                }
+                _ => {
+                    if to_b { &mut self.received_b } else { &mut self.received_a }.push(f.frame);
+                    continue;
+                }
+            };
+            match released {
+                Ok(Some(r)) => {
+                    for d in r.frames {
+                        self.put_data(!to_b, r.mac, d);
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => self.rx_errors += 1,
+            }
+        }
+        for from_a in [true, false] {
+            let n = if from_a { &mut self.a } else { &mut self.b };
+            if n.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.data_dropped += n.handle_timeout(self.now).len() as u64;
+                busy = true;
+            }
+        }
+        if busy {
+            return true;
+        }
+        let next = [self.wire.next_arrival(), self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
+        match next {
+            Some(t) => {
+                self.now = self.now.max(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Step until idle or `max_steps` rounds; returns whether it became idle.
+    pub fn run_idle(&mut self, max_steps: u64) -> bool {
+        (0..max_steps).any(|_| !self.step())
+    }
+}
+
+/// Ethernet (destination left zero) + IPv4 or IPv6 to `dst` + a 4-byte tag.
+fn data_frame(mac: [u8; 6], src6: Ipv6Addr, dst: IpAddr, tag: u32) -> Vec<u8> {
+    let (ethertype, ip_len) = match dst {
+        IpAddr::V4(_) => (EtherType::Ipv4, 20),
+        IpAddr::V6(_) => (EtherType::Ipv6, 40),
+    };
+    let mut f = vec![0u8; 14 + ip_len + 4];
+    EthernetRepr { src_addr: EthernetAddress(mac), dst_addr: EthernetAddress([0; 6]), ethertype }.emit(&mut EthernetFrame::new_unchecked(&mut f[..]));
+    let l3 = &mut f[14..];
+    match dst {
+        IpAddr::V4(d) => {
+            let r = Ipv4Repr { src_addr: Ipv4Addr::UNSPECIFIED, dst_addr: d, next_header: PROTOCOL_TEST, payload_len: 4, dscp: 0, ecn: 0, ident: 0, dont_frag: true, hop_limit: 64 };
+            r.emit(&mut Ipv4Packet::new_unchecked(&mut l3[..]));
+        }
+        IpAddr::V6(d) => {
+            let r = Ipv6Repr { src_addr: src6, dst_addr: d, next_header: PROTOCOL_TEST, payload_len: 4, traffic_class: 0, flow_label: 0, hop_limit: 64 };
+            r.emit(&mut Ipv6Packet::new_unchecked(&mut l3[..]));
+        }
+    }
+    l3[ip_len..].copy_from_slice(&tag.to_be_bytes());
+    f
 }

@@ -89,10 +89,11 @@
 //! its IP destination; frames to an unknown IP wait (bounded) while ARP requests / neighbour
 //! solicitations go out (retries, then drop + count). ARP requests and NS for own addresses
 //! are answered; ARP and NA/NS sources are learned. Static entries from the config never
-//! expire.
+//! expire. The protocol is `droce_transport::neigh`; [`neigh`] does its I/O.
 //!
-//! RX demultiplexing: ARP, ICMPv6 NS/NA, IPv4/IPv6 UDP to port 4791 (→ `handle_rx`);
-//! everything else is dropped and counted (`non_roce`). The engine checks the IPv4 header
+//! RX demultiplexing (`droce_transport::wire::classify`): ARP, ICMPv6 NS/NA, IPv4/IPv6 UDP
+//! to port 4791 (→ `handle_rx`); everything else is dropped and counted (`non_roce`), and
+//! frames shorter than their headers say (`truncated`). The engine checks the IPv4 header
 //! checksum (the transport's ICRC masks it; RX offload status is used when the port gives it)
 //! and trims Ethernet padding; the transport checks the ICRC.
 //!
@@ -124,10 +125,10 @@ use droce_transport::counters::Counters;
 use droce_transport::qp::PathMtu;
 use droce_transport::verbs::mr::{DeregMrError, RegMrError};
 use droce_transport::verbs::{AccessFlags, AddressVector, MemoryRegion, PdHandle};
-use droce_transport::wire::{ArpOperation, ArpRepr, EthernetAddress};
+use droce_transport::wire::{classify, eth, ipv4, EtherType, EthernetFrame, FrameKind, Ipv4Packet};
 use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, MemoryError};
 use fault::{apply_corruption, FaultInjector};
-use neigh::{HoldResult, NeighTable, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMPV6};
+use neigh::Neighbours;
 use std::collections::VecDeque;
 use std::fmt::{self, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -419,11 +420,10 @@ pub struct RoceDevice {
     port: crate::Port,
     mac: [u8; 6],
     gids: Vec<Gid>,
-    own_v6: Vec<Ipv6Addr>,
     tx_ip_offload: bool,
     rx_ip_offload: bool,
     clock: NsClock,
-    neigh: NeighTable<Mbuf>,
+    neigh: Neighbours<Mbuf>,
     counters: EngineCounters,
     pcap: Option<pcap::PcapWriter>,
     fault_rx: Option<FaultInjector>,
@@ -457,17 +457,6 @@ impl fmt::Debug for RoceDevice {
     }
 }
 
-fn ipv4_header_ok(h: &[u8]) -> bool {
-    let mut sum: u32 = 0;
-    for c in h.chunks_exact(2) {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum == 0xffff
-}
-
 impl RoceDevice {
     /// Bind a transport device to `configured`'s port (configured and started by the caller)
     /// and `cfg.queue`. `pool` provides the TX mbufs.
@@ -486,8 +475,6 @@ impl RoceDevice {
         let mut gids = vec![Gid::from_ipv6(ll)];
         gids.extend(cfg.ipv4.iter().map(|a| Gid::from_ipv4(*a)));
         gids.extend(cfg.ipv6.iter().filter(|a| **a != ll).map(|a| Gid::from_ipv6(*a)));
-        let mut own_v6 = vec![ll];
-        own_v6.extend(cfg.ipv6.iter().filter(|a| **a != ll));
         let mut tcfg = DeviceConfig { mac, gids: gids.clone(), seed: cfg.seed, eth_mtu, ..cfg.transport.clone() };
         // memif without injected faults: a wire that does not lose frames
         let memif = port.info().is_ok_and(|i| i.driver_name == "net_memif") && cfg.faults.is_none();
@@ -512,7 +499,7 @@ impl RoceDevice {
             Some(p) => Some(pcap::PcapWriter::create(p, 0).map_err(|e| RoceError::Pcap(p.clone(), e))?),
             None => None,
         };
-        let mut neigh = NeighTable::new(cfg.neigh);
+        let mut neigh = Neighbours::new(cfg.neigh, mac, &cfg.ipv4, &cfg.ipv6);
         for (ip, m) in &cfg.neighbours {
             neigh.add_static(*ip, *m);
         }
@@ -531,7 +518,6 @@ impl RoceDevice {
             port,
             mac,
             gids,
-            own_v6,
             clock,
             neigh,
             counters: EngineCounters::default(),
@@ -765,7 +751,7 @@ impl RoceDevice {
                 work.timers = true;
             }
         }
-        if self.neigh.next_deadline().is_some_and(|t| t <= now.0) {
+        if self.neigh.poll_timeout().is_some_and(|t| t <= now) {
             work.timers = true;
             self.neigh_timers(now.0);
         }
@@ -917,37 +903,6 @@ impl RoceDevice {
         self.mesh.as_mut()
     }
 
-    /// Address a transport frame from the neighbour table, or hold it and resolve.
-    fn route(&mut self, now: u64, mut m: Mbuf) {
-        let Some(ip) = neigh::frame_ip_dst(m.data()) else {
-            self.counters.tx_no_route += 1;
-            return;
-        };
-        // To one of our own addresses (rdma_cm self-connect, ofi_rxm's loopback connection):
-        // received right here, it never reaches the wire.
-        let own = match ip {
-            IpAddr::V4(a) => self.cfg.ipv4.contains(&a),
-            IpAddr::V6(a) => self.cfg.ipv6.contains(&a),
-        };
-        if own {
-            let mac = self.mac();
-            m.data_mut()[0..6].copy_from_slice(&mac);
-            self.rx_frame(Instant(now), m.data_mut());
-            return;
-        }
-        match self.neigh.lookup(ip, now) {
-            Some(mac) => {
-                m.data_mut()[0..6].copy_from_slice(&mac);
-                self.wire_tx(now, m);
-            }
-            None => match self.neigh.hold(ip, m, now) {
-                HoldResult::HeldSendRequest => self.solicit(now, ip),
-                HoldResult::Held => {}
-                HoldResult::Full(_m) => self.counters.neigh_queue_full += 1,
-            },
-        }
-    }
-
     /// The last step before the PMD: TX faults, capture, queue.
     fn wire_tx(&mut self, now: u64, mut m: Mbuf) {
         if let Some(f) = &mut self.fault_tx {
@@ -978,62 +933,12 @@ impl RoceDevice {
             let d = m.data().to_vec();
             self.capture(now, &d);
         }
-        if self.tx_ip_offload && m.len() >= 34 && m.data()[12..14] == [0x08, 0x00] {
-            let ihl = (m.data()[14] & 0x0f) as u16 * 4;
-            m.set_tx_ipv4_cksum_offload(14, ihl, true, false);
+        if self.tx_ip_offload {
+            if let Some(ihl) = ipv4_header_len(m.data()) {
+                m.set_tx_ipv4_cksum_offload(eth::HEADER_LEN as u8, ihl, true, false);
+            }
         }
         self.tx_queue.push_back(m);
-    }
-
-    fn control_frame(&mut self, now: u64, build: impl FnOnce(&mut [u8]) -> usize) {
-        let mut m = match self.pool.alloc() {
-            Ok(m) => m,
-            Err(_) => {
-                self.counters.tx_nombuf += 1;
-                return;
-            }
-        };
-        let Some(buf) = m.set_len(128) else {
-            self.counters.tx_nombuf += 1;
-            return;
-        };
-        let n = build(buf);
-        let _ = m.set_len(n as u16);
-        self.wire_tx(now, m);
-    }
-
-    /// Send an ARP request / neighbour solicitation for `ip`.
-    fn solicit(&mut self, now: u64, ip: IpAddr) {
-        let mac = self.mac;
-        match ip {
-            IpAddr::V4(t) => {
-                let Some(&src) = self.cfg.ipv4.first() else { return };
-                self.counters.arp_requests_tx += 1;
-                self.control_frame(now, |b| neigh::arp_request(b, mac, src, t));
-            }
-            IpAddr::V6(t) => {
-                // Source: a global address for global targets, the link-local otherwise.
-                let src = if t.segments()[0] & 0xffc0 == 0xfe80 { self.own_v6[0] } else { *self.own_v6.last().unwrap_or(&self.own_v6[0]) };
-                self.counters.nd_solicits_tx += 1;
-                self.control_frame(now, |b| neigh::nd_solicit(b, mac, src, t));
-            }
-        }
-    }
-
-    fn neigh_timers(&mut self, now: u64) {
-        let (retry, dropped) = self.neigh.on_timer(now);
-        self.counters.neigh_unresolved_drops += dropped.len() as u64;
-        drop(dropped);
-        for ip in retry {
-            self.solicit(now, ip);
-        }
-    }
-
-    fn learned(&mut self, now: u64, ip: IpAddr, mac: [u8; 6]) {
-        for mut m in self.neigh.learn(ip, mac, now) {
-            m.data_mut()[0..6].copy_from_slice(&mac);
-            self.wire_tx(now, m);
-        }
     }
 
     // ------------------------------------------------------------------ receive
@@ -1094,129 +999,26 @@ impl RoceDevice {
     /// `f` is scratch for the transport's ICRC check ([`Device::handle_rx`]): unchanged
     /// on return.
     fn demux(&mut self, now: Instant, f: &mut [u8], ip_cksum: Option<crate::CksumStatus>) {
-        if f.len() < 14 {
-            self.counters.truncated += 1;
-            return;
-        }
-        match u16::from_be_bytes([f[12], f[13]]) {
-            ETHERTYPE_ARP => self.rx_arp(now.0, f),
-            ETHERTYPE_IPV4 => {
-                if f.len() < 34 {
-                    self.counters.truncated += 1;
-                    return;
-                }
-                let ihl = (f[14] & 0x0f) as usize * 4;
-                let total = u16::from_be_bytes([f[16], f[17]]) as usize;
-                if f[14] >> 4 != 4 || ihl < 20 || total < ihl + 8 {
-                    self.counters.non_roce_drops += 1;
-                    return;
-                }
-                if 14 + total > f.len() {
-                    self.counters.truncated += 1;
-                    return;
-                }
-                let ok = match ip_cksum {
-                    Some(crate::CksumStatus::Good) => true,
-                    Some(crate::CksumStatus::Bad) => false,
-                    _ => ipv4_header_ok(&f[14..14 + ihl]),
-                };
-                let udp = 14 + ihl;
-                if f[23] != 17 || u16::from_be_bytes([f[udp + 2], f[udp + 3]]) != droce_transport::wire::ROCE_V2_PORT {
-                    self.counters.non_roce_drops += 1;
-                    return;
-                }
+        match classify(f) {
+            FrameKind::RoceV2 { ipv6, len, .. } => {
+                // The IPv4 header checksum: the ICRC masks it, so it is checked here.
+                let ok = ipv6
+                    || match ip_cksum {
+                        Some(crate::CksumStatus::Good) => true,
+                        Some(crate::CksumStatus::Bad) => false,
+                        _ => Ipv4Packet::new_unchecked(&f[eth::HEADER_LEN..len]).verify_checksum(),
+                    };
                 if !ok {
                     self.counters.bad_ip_cksum += 1;
                     return;
                 }
                 self.counters.rx_roce += 1;
-                self.dev.handle_rx(now, &mut f[..14 + total]);
+                self.dev.handle_rx(now, &mut f[..len]);
             }
-            ETHERTYPE_IPV6 => {
-                if f.len() < 54 {
-                    self.counters.truncated += 1;
-                    return;
-                }
-                let plen = u16::from_be_bytes([f[18], f[19]]) as usize;
-                if 54 + plen > f.len() {
-                    self.counters.truncated += 1;
-                    return;
-                }
-                match f[20] {
-                    IPPROTO_ICMPV6 => self.rx_nd(now.0, f),
-                    17 if plen >= 8 && u16::from_be_bytes([f[56], f[57]]) == droce_transport::wire::ROCE_V2_PORT => {
-                        self.counters.rx_roce += 1;
-                        self.dev.handle_rx(now, &mut f[..54 + plen]);
-                    }
-                    _ => self.counters.non_roce_drops += 1,
-                }
-            }
-            _ => self.counters.non_roce_drops += 1,
-        }
-    }
-
-    fn rx_arp(&mut self, now: u64, f: &[u8]) {
-        let Some(r) = neigh::parse_arp(&f[14..]) else {
-            self.counters.non_roce_drops += 1;
-            return;
-        };
-        let sender = IpAddr::V4(r.source_protocol_addr);
-        let for_us = self.cfg.ipv4.contains(&r.target_protocol_addr);
-        match r.operation {
-            ArpOperation::Request => self.counters.arp_requests_rx += 1,
-            ArpOperation::Reply => self.counters.arp_replies_rx += 1,
-            _ => {
-                self.counters.non_roce_drops += 1;
-                return;
-            }
-        }
-        // RFC 826: update a known sender; add it when the packet is for us.
-        let smac = r.source_hardware_addr.0;
-        if (for_us || self.neigh.knows(sender) || self.neigh.is_pending(sender))
-            && r.source_protocol_addr != Ipv4Addr::UNSPECIFIED
-            && smac != [0; 6]
-        {
-            self.learned(now, sender, smac);
-        }
-        if for_us && r.operation == ArpOperation::Request {
-            let reply = ArpRepr {
-                operation: ArpOperation::Reply,
-                source_hardware_addr: EthernetAddress(self.mac),
-                source_protocol_addr: r.target_protocol_addr,
-                target_hardware_addr: r.source_hardware_addr,
-                target_protocol_addr: r.source_protocol_addr,
-            };
-            self.counters.arp_replies_tx += 1;
-            self.control_frame(now, |b| neigh::arp_frame(b, smac, &reply));
-        }
-    }
-
-    fn rx_nd(&mut self, now: u64, f: &[u8]) {
-        let Some(m) = neigh::parse_nd(&f[14..]) else {
-            self.counters.non_roce_drops += 1;
-            return;
-        };
-        let ours = self.own_v6.contains(&m.target);
-        if m.ty == neigh::ND_NEIGHBOR_SOLICIT {
-            self.counters.nd_solicits_rx += 1;
-            if !ours {
-                return;
-            }
-            let smac: [u8; 6] = f[6..12].try_into().unwrap_or([0; 6]);
-            let lladdr = m.lladdr.unwrap_or(smac);
-            if !m.src.is_unspecified() {
-                self.learned(now, IpAddr::V6(m.src), lladdr);
-                let (mac, target, src) = (self.mac, m.target, m.src);
-                self.counters.nd_adverts_tx += 1;
-                self.control_frame(now, |b| neigh::nd_advert(b, mac, target, src, lladdr));
-            }
-        } else {
-            self.counters.nd_adverts_rx += 1;
-            let smac: [u8; 6] = f[6..12].try_into().unwrap_or([0; 6]);
-            let ip = IpAddr::V6(m.target);
-            if self.neigh.is_pending(ip) || self.neigh.knows(ip) {
-                self.learned(now, ip, m.lladdr.unwrap_or(smac));
-            }
+            FrameKind::Arp => self.rx_arp(now.0, f),
+            FrameKind::Icmpv6 { .. } => self.rx_nd(now.0, f),
+            FrameKind::Truncated => self.counters.truncated += 1,
+            FrameKind::Other => self.counters.non_roce_drops += 1,
         }
     }
 }
@@ -1278,43 +1080,30 @@ impl RxOrder {
     }
 }
 
-/// The BTH opcode of a RoCEv2 frame (IPv4 without options, or IPv6, UDP to 4791), from fixed
-/// offsets without any check beyond lengths: only for scheduling, the transport parses.
+/// The BTH opcode of a RoCEv2 frame, for scheduling only: the transport parses.
 #[inline]
 fn rc_bth_opcode(f: &[u8]) -> Option<u8> {
-    let bth = match (f.get(12..14)?, f.get(14)?) {
-        ([0x08, 0x00], 0x45) if f.get(23) == Some(&17) => 14 + 20 + 8,
-        ([0x86, 0xdd], _) if f.get(20) == Some(&17) => 14 + 40 + 8,
-        _ => return None,
-    };
-    if f.get(bth - 6..bth - 4)? != [0x12, 0xb7] {
-        return None;
-    }
-    f.get(bth).copied()
+    f.get(classify(f).bth_offset()?).copied()
 }
 
 /// Whether a frame is RoCEv2 (IPv4 or IPv6, UDP to 4791).
 fn is_roce(f: &[u8]) -> bool {
-    is_captured(f) && f[12..14] != [0x08, 0x06] && !(f[12..14] == [0x86, 0xdd] && f[20] == IPPROTO_ICMPV6)
+    matches!(classify(f), FrameKind::RoceV2 { .. })
 }
 
-/// Whether a frame is one the capture keeps: ARP, ICMPv6, UDP to 4791.
+/// Whether a frame is one the capture keeps: ARP, ICMPv6, RoCEv2.
 fn is_captured(f: &[u8]) -> bool {
-    if f.len() < 14 {
-        return false;
+    classify(f).is_engine_frame()
+}
+
+/// The IPv4 header length of an IPv4 frame (for TX checksum offload).
+fn ipv4_header_len(f: &[u8]) -> Option<u16> {
+    let frame = EthernetFrame::new_checked(f).ok()?;
+    if frame.ethertype() != EtherType::Ipv4 {
+        return None;
     }
-    match u16::from_be_bytes([f[12], f[13]]) {
-        ETHERTYPE_ARP => true,
-        ETHERTYPE_IPV4 => {
-            if f.len() < 34 {
-                return false;
-            }
-            let ihl = (f[14] & 0x0f) as usize * 4;
-            f[23] == 17 && f.len() >= 14 + ihl + 4 && u16::from_be_bytes([f[14 + ihl + 2], f[14 + ihl + 3]]) == 4791
-        }
-        ETHERTYPE_IPV6 => f.len() >= 58 && (f[20] == IPPROTO_ICMPV6 || (f[20] == 17 && u16::from_be_bytes([f[56], f[57]]) == 4791)),
-        _ => false,
-    }
+    let l3 = frame.payload();
+    (l3.len() >= ipv4::HEADER_LEN).then(|| Ipv4Packet::new_unchecked(l3).header_len() as u16)
 }
 
 impl Drop for RoceDevice {

@@ -146,6 +146,35 @@ impl Ipv6Repr {
     }
 }
 
+/// The link-local address Linux derives from a MAC (modified EUI-64, RFC 4291 appendix A).
+pub fn link_local_from_mac(mac: [u8; 6]) -> Ipv6Addr {
+    let mut o = [0u8; 16];
+    o[0] = 0xfe;
+    o[1] = 0x80;
+    o[8] = mac[0] ^ 0x02;
+    o[9] = mac[1];
+    o[10] = mac[2];
+    o[11] = 0xff;
+    o[12] = 0xfe;
+    o[13] = mac[3];
+    o[14] = mac[4];
+    o[15] = mac[5];
+    Ipv6Addr::from(o)
+}
+
+/// The solicited-node multicast address of `a` (RFC 4291 2.7.1) and its MAC (RFC 2464 7).
+pub fn solicited_node(a: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
+    let o = a.octets();
+    let ip = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 1, 0xff00 | o[13] as u16, u16::from_be_bytes([o[14], o[15]]));
+    (ip, multicast_mac(ip))
+}
+
+/// The Ethernet address of an IPv6 multicast group: 33:33 + the low 32 bits (RFC 2464 7).
+pub fn multicast_mac(ip: Ipv6Addr) -> [u8; 6] {
+    let o = ip.octets();
+    [0x33, 0x33, o[12], o[13], o[14], o[15]]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +204,15 @@ mod tests {
         let mut bad = BYTES;
         bad[0] = 0x4a;
         assert!(Ipv6Repr::parse(&Ipv6Packet::new_unchecked(&bad[..])).is_err());
+    }
+
+    #[test]
+    fn addresses_like_linux() {
+        // Linux: 02:00:00:00:00:01 -> fe80::ff:fe00:1
+        assert_eq!(link_local_from_mac([0x02, 0, 0, 0, 0, 1]), "fe80::ff:fe00:1".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(link_local_from_mac([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]), "fe80::5054:ff:fe12:3456".parse::<Ipv6Addr>().unwrap());
+        let (g, m) = solicited_node("fd00::1:2:3456".parse().unwrap());
+        assert_eq!(g, "ff02::1:ff02:3456".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(m, [0x33, 0x33, 0xff, 0x02, 0x34, 0x56]);
     }
 }

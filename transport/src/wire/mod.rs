@@ -1,6 +1,6 @@
 //! RoCEv2 wire formats: zero-copy header views (`*Packet<T>`) and plain records (`*Repr`),
-//! after smoltcp's `wire` module (see `docs/design.md`), plus the whole-frame record
-//! [`RoceRepr`] and the ICRC.
+//! after smoltcp's `wire` module (see `docs/design.md`), plus the whole-frame record [`RoceRepr`],
+//! the ICRC, ARP and ICMPv6 ND for neighbour resolution, and the RX frame [`classify`]er.
 //!
 //! A RoCEv2 frame is Ethernet / IPv4 or IPv6 / UDP (dst 4791) / BTH / extension headers /
 //! payload / pad / ICRC (IBA annex A17).
@@ -14,8 +14,10 @@ pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
 pub(crate) mod checksum;
+pub mod classify;
 pub mod deth;
 pub mod eth;
+pub mod icmpv6;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
@@ -31,8 +33,10 @@ pub use arp::{ArpOperation, ArpPacket, ArpRepr};
 pub use atomic_ack_eth::{AtomicAckEthPacket, AtomicAckEthRepr};
 pub use atomic_eth::{AtomicEthPacket, AtomicEthRepr};
 pub use bth::{BthPacket, BthRepr};
+pub use classify::{classify, FrameKind};
 pub use deth::{DethPacket, DethRepr};
 pub use eth::{EtherType, EthernetAddress, EthernetFrame, EthernetRepr};
+pub use icmpv6::{NdFlags, NdPacket, NdRepr};
 pub use ipv4::{Ipv4Packet, Ipv4Repr};
 pub use ipv6::{Ipv6Packet, Ipv6Repr};
 pub use opcode::{ExtHeader, ExtHeaders, OpInfo, Opcode, Operation, Position, TransportClass};
