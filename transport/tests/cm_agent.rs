@@ -47,9 +47,14 @@ struct Net {
 
 impl Net {
     fn new(link: LinkConfig, seed: u64) -> Net {
+        Net::with_retries(link, seed, 3)
+    }
+
+    fn with_retries(link: LinkConfig, seed: u64, retries: u8) -> Net {
         let mut p = Pair::new(link, seed, MEM);
-        let a = CmAgent::new(&mut p.a.dev, cfg(seed ^ 1), MAD_VA).expect("agent a");
-        let b = CmAgent::new(&mut p.b.dev, cfg(seed ^ 2), MAD_VA).expect("agent b");
+        let c = |s| CmAgentConfig { max_cm_retries: Some(retries), ..cfg(s) };
+        let a = CmAgent::new(&mut p.a.dev, c(seed ^ 1), MAD_VA).expect("agent a");
+        let b = CmAgent::new(&mut p.b.dev, c(seed ^ 2), MAD_VA).expect("agent b");
         Net { p, a, b, log: Vec::new() }
     }
 
@@ -277,6 +282,23 @@ fn disconnect_both_sides() {
     assert_eq!(n.a.poll_timeout(), None);
     assert_eq!(n.b.poll_timeout(), None);
     assert_eq!(n.a.endpoint().handles().count() + n.b.endpoint().handles().count(), 0);
+}
+
+#[test]
+fn connections_under_loss() {
+    // 20 % of the frames lost each way: every MAD exchange needs the CM's retransmissions.
+    let mut n = Net::with_retries(LinkConfig { loss: 0.2, ..LinkConfig::PERFECT }, 9, 15);
+    for round in 0..5 {
+        let (qa, qb, ca, cb) = establish(&mut n);
+        let now = n.p.now;
+        n.b.disconnect(&mut n.p.b.dev, now, cb).unwrap();
+        assert_eq!(n.event(true), CmAgentEvent::Disconnected { id: ca }, "round {round}");
+        assert_eq!(n.event(false), CmAgentEvent::Disconnected { id: cb }, "round {round}");
+        assert_eq!((n.p.a.dev.qp_state(qa), n.p.b.dev.qp_state(qb)), (Some(QpState::Err), Some(QpState::Err)));
+    }
+    assert!(n.p.stats.dropped > 0);
+    // 5 rounds × (REQ, RTU, DREP) from a without loss would be 15 MADs.
+    assert!(n.a.counters().mads_tx > 15, "CM retransmissions happened: {:?}", n.a.counters());
 }
 
 /// The CM MAD in a frame to QP1, if it is one.
