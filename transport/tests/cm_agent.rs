@@ -168,7 +168,7 @@ fn connect_accept_carries_data() {
     let mut n = Net::new(LinkConfig::PERFECT, 1);
     let (qa, qb, ca, cb) = establish(&mut n);
     assert_eq!(n.a.params(ca).map(|p| p.remote_qpn), Some(n.p.b.dev.query_qp(qb).unwrap().qp_num));
-    assert!(n.a.is_connected(ca) && n.b.is_connected(cb));
+    assert!(n.a.has_connection(ca) && n.b.has_connection(cb));
     // The PSNs and AVs the CM programmed carry an RC SEND.
     let lkey_b = n.p.b.mr.lkey;
     n.p.b.dev.post_recv(qb, RecvWr::new(7).with_sge(MEM_BASE, 64, lkey_b)).unwrap();
@@ -230,7 +230,7 @@ fn reject_and_unknown_service() {
         e => panic!("want Rejected, got {e:?}"),
     }
     assert_eq!(n.p.a.dev.qp_state(qa), Some(QpState::Err));
-    assert!(!n.a.is_connected(ca));
+    assert!(!n.a.has_connection(ca));
 
     // Nobody listens on PORT + 1: b's endpoint answers with REJ (invalid service ID).
     let qa = rc_qp(&mut n.p.a);

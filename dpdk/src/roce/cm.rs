@@ -150,7 +150,7 @@ impl CmAgent {
     /// Sends the ACKs held for the next round, moves the QP to ERROR and sends a DREQ
     /// (`rdma_disconnect`); `Disconnected` follows the DREP (or the DREQ's timeout).
     pub fn disconnect(&mut self, dev: &mut RoceDevice, id: ConnId) -> Result<(), CmAgentError> {
-        if !self.inner.is_connected(id) {
+        if !self.inner.has_connection(id) {
             return Err(CmAgentError::InvalidConn);
         }
         // The peer's last send must complete before our DREQ (behind it) moves its QP to

@@ -54,7 +54,7 @@ use crate::memory::Memory;
 use crate::qp::{PathMtu, QpAttr, QpAttrMask, QpHandle, QpState, QpType};
 use crate::rng::SplitMix64;
 use crate::time::Instant;
-use crate::types::{Gid, Psn};
+use crate::types::{Gid, Psn, QKey, Qpn};
 use crate::verbs::AccessFlags;
 use crate::Device;
 
@@ -208,7 +208,7 @@ impl CmAgent {
 
     /// Answers SIDR_REQs for `port` in the UDP port space (rdma_cm's RDMA_PS_UDP) with `qpn`
     /// and `qkey`, replacing an earlier registration of the port. Returns the service ID.
-    pub fn sidr_register(&mut self, port: u16, qpn: crate::types::Qpn, qkey: crate::types::QKey) -> u64 {
+    pub fn sidr_register(&mut self, port: u16, qpn: Qpn, qkey: QKey) -> u64 {
         self.sidr.register(port, qpn, qkey)
     }
 
@@ -247,8 +247,9 @@ impl CmAgent {
         }
     }
 
-    /// Whether `id` is a connection (not a pending request) that `disconnect` may end.
-    pub fn is_connected(&self, id: ConnId) -> bool {
+    /// Whether `id` names a connection of the endpoint (being set up, established or
+    /// closing), not a connect request waiting for `accept`.
+    pub fn has_connection(&self, id: ConnId) -> bool {
         matches!(self.slots.get(&id), Some(Slot::Live { .. }))
     }
 
