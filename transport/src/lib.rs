@@ -28,7 +28,7 @@
 //! - UD: SEND, SEND_IMM with DETH, Q_Key rules (the high bit takes the QP's own Q_Key), the
 //!   40-byte GRH at the head of the receive buffer, messages up to the path MTU; QP1 (GSI)
 //!   for the IB CM (`cm`: REQ/REP/RTU/REJ/DREQ/DREP/MRA, SIDR, the rdma_cm private-data
-//!   header).
+//!   header, and `cm::agent`, which runs it on QP1 of a `Device` and moves RC QPs).
 //! - Device: QPN routing, timer heap, round-robin transmit among ready QPs, rxe-style
 //!   counters ([`counters::Counters`]).
 //!

@@ -307,12 +307,24 @@ impl Pair {
     /// due timers fire; if nothing happened, the clock jumps to the next event. Returns false
     /// when the network is idle (nothing in flight, no timers).
     pub fn step(&mut self) -> bool {
+        self.step_with_timer(None)
+    }
+
+    /// [`step`](Self::step) for a test that runs timers of its own next to the devices (a
+    /// CM agent's): an idle round jumps the clock to `timer` too, if it comes first.
+    pub fn step_with_timer(&mut self, timer: Option<Instant>) -> bool {
         let mut busy = false;
         let mut buf = core::mem::take(&mut self.buf);
         for to_b in [true, false] {
             loop {
                 let dev = if to_b { &mut self.a.dev } else { &mut self.b.dev };
                 let Some(n) = dev.poll_transmit(self.now, &mut buf) else { break };
+                // Address vectors may leave the MAC to the link layer (the CM's do): this
+                // link has one neighbour, the other node.
+                let mut eth = EthernetFrame::new_unchecked(&mut buf[..n]);
+                if n >= 6 && eth.dst_addr() == EthernetAddress([0; 6]) {
+                    eth.set_dst_addr(EthernetAddress(if to_b { self.b.mac } else { self.a.mac }));
+                }
                 self.send(to_b, &buf[..n]);
                 busy = true;
             }
@@ -338,6 +350,7 @@ impl Pair {
             self.wire.next_arrival(),
             self.a.dev.poll_timeout(),
             self.b.dev.poll_timeout(),
+            timer,
         ]
         .into_iter()
         .flatten()

@@ -106,6 +106,7 @@ macro_rules! cm_view {
     };
 }
 
+pub mod agent;
 pub mod apr;
 pub mod conn;
 pub mod drep;
@@ -121,6 +122,7 @@ pub mod req;
 pub mod rtu;
 pub mod sidr;
 
+pub use agent::{CmAgent, CmAgentConfig, CmAgentError, CmAgentEvent, ConnId, ConnectParams, SidrEvent, SidrId};
 pub use conn::{CmConfig, CmEvent, CmState, ConnParams, Connection, Role};
 pub use endpoint::{CmEndpoint, ConnHandle, EndpointEvent, Incoming};
 pub use mad::{AttributeId, MadHeaderRepr, Method};
