@@ -196,7 +196,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let side = if client { "client" } else { "server" };
     let dev = setup.dev.manual()?;
     // The test loops keep polling (the TCP exchanges progress the device too, and close()
-    // flushes): ACKs may wait one poll, behind the replies (RoceConfig::hold_acks).
+    // flushes): ACKs may wait one poll, behind the replies (the transport's ACK-hold policy).
     dev.set_hold_acks(true);
     let dev_mtu = mtu_of(dev.path_mtu());
     let want = o.mtu.unwrap_or(dev_mtu.min(1024)).min(dev_mtu);

@@ -95,6 +95,11 @@ pub struct DeviceConfig {
     pub ack_coalesce: Duration,
     /// IPv4 TTL / IPv6 hop limit when the AV gives 0.
     pub hop_limit: u8,
+    /// The ACK-hold policy, the one switch of it: plain ACK/NAK replies produced by a round of
+    /// received frames wait for the next round ([`Device::poll_transmit_after_rx`]) and leave
+    /// in one burst with whatever the application posted meanwhile, just ahead of it. Off: an
+    /// ACK leaves in the round whose frame asked for it. See [`Device::poll_transmit_data`].
+    pub hold_acks: bool,
 }
 
 impl Default for DeviceConfig {
@@ -109,6 +114,7 @@ impl Default for DeviceConfig {
             max_unacked_psns: 128,
             ack_coalesce: Duration::from_micros(20),
             hop_limit: 64,
+            hold_acks: false,
         }
     }
 }
@@ -221,7 +227,7 @@ pub struct Device<M: Memory> {
     port_mtu: PathMtu,
     fx: Effects,
     /// Set while `poll_transmit_data` runs: plain ACK/NAK replies wait.
-    hold_acks: bool,
+    holding: bool,
 }
 
 /// Largest frame the device produces for its port MTU (buffers given to `poll_transmit`
@@ -254,7 +260,7 @@ impl<M: Memory> Device<M> {
             ip_id: 0,
             port_mtu,
             fx: Effects::default(),
-            hold_acks: false,
+            holding: false,
         }
     }
 
@@ -1162,10 +1168,33 @@ impl<M: Memory> Device<M> {
     /// reply leave in one burst, the ACK first: the peer completes its send before it
     /// receives the answer, as with any NIC. An ACK waits for at most one round.
     pub fn poll_transmit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.hold_acks = true;
+        self.holding = true;
         let r = self.poll_transmit(now, buf);
-        self.hold_acks = false;
+        self.holding = false;
         r
+    }
+
+    /// What a poll loop sends right after a round of received frames: with the ACK-hold
+    /// policy ([`DeviceConfig::hold_acks`]) [`poll_transmit_data`](Self::poll_transmit_data),
+    /// else [`poll_transmit`](Self::poll_transmit). The next round's plain `poll_transmit`
+    /// (or a flush before the caller stops polling) sends the held ACKs.
+    #[inline]
+    pub fn poll_transmit_after_rx(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if self.cfg.hold_acks {
+            self.poll_transmit_data(now, buf)
+        } else {
+            self.poll_transmit(now, buf)
+        }
+    }
+
+    /// Turns the ACK-hold policy on or off ([`DeviceConfig::hold_acks`]).
+    pub fn set_hold_acks(&mut self, on: bool) {
+        self.cfg.hold_acks = on;
+    }
+
+    /// Whether ACKs wait for the next round ([`DeviceConfig::hold_acks`]).
+    pub fn hold_acks(&self) -> bool {
+        self.cfg.hold_acks
     }
 
     fn transmit_qp(&mut self, idx: u32, now: Instant, buf: &mut [u8]) -> Option<usize> {
@@ -1179,7 +1208,7 @@ impl<M: Memory> Device<M> {
                 // receive before the send that caused it. No NIC does that, and ofi_rxm's
                 // atomics free the request's buffer on the response and reuse it before
                 // the late send completion comes (fabtests' ubertest caught it).
-                let held = self.hold_acks && (err || (responder::only_acks(q) && !rc_request_ready(q, &lim)));
+                let held = self.holding && (err || (responder::only_acks(q) && !rc_request_ready(q, &lim)));
                 let reply = if held { None } else { responder::next_reply(q, err) };
                 let pkt = match reply {
                     Some(p) => Some(p),

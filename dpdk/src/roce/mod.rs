@@ -166,13 +166,17 @@ pub struct RoceConfig {
     pub transport: DeviceConfig,
     /// Flag IPv4 frames for TX checksum offload when the port enabled it.
     pub checksum_offload: bool,
-    /// Hold the plain ACKs that RX produces until the next `poll` (they then leave right
-    /// behind whatever the application posted meanwhile: a ping-pong's reply goes first,
-    /// ~1 us less per round trip here). Only for callers that keep polling, or call
-    /// [`RoceDevice::flush`] before they stop (a blocking wait elsewhere): a held ACK is not
-    /// sent without a further `poll`/`flush`, and the peer's send then retries and fails.
-    /// Default false: every ACK leaves within the `poll` that produced it.
-    pub hold_acks: bool,
+}
+
+/// Which frames one TX pass of [`RoceDevice::poll`] takes from the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxRound {
+    /// Requests, responses and retransmissions; plain ACK/NAK replies wait.
+    DataOnly,
+    /// Everything, held ACKs included.
+    All,
+    /// Right after RX: what the transport's ACK-hold policy lets go.
+    AfterRx,
 }
 
 /// The send window (`DeviceConfig::max_unacked_psns`, PSNs) the engine uses on a memif port
@@ -211,7 +215,6 @@ impl RoceConfig {
             neigh: NeighConfig { max_held: MEMIF_WINDOW as usize + 256, ..NeighConfig::default() },
             transport: DeviceConfig::default(),
             checksum_offload: true,
-            hold_acks: false,
         }
     }
 }
@@ -700,8 +703,8 @@ impl RoceDevice {
         };
         let mut now = if t0 != 0 { self.fresh_now(t0) } else { self.last_now };
         // TX: what the application posted, then the held ACKs
-        self.transmit(now, true, &mut work);
-        self.transmit(now, false, &mut work);
+        self.transmit(now, TxRound::DataOnly, &mut work);
+        self.transmit(now, TxRound::All, &mut work);
         // RX: the ACKs held back from the last burst, then a new burst
         while let Some(m) = self.rx_acks_later.pop_front() {
             work.rx += 1;
@@ -762,10 +765,10 @@ impl RoceDevice {
                 }
             }
         }
-        // TX what RX and timers made sendable; with `hold_acks` the ACKs they queued wait
-        // for the next round
+        // TX what RX and timers made sendable; with the ACK-hold policy the ACKs they queued
+        // wait for the next round
         if work.rx > 0 || work.timers {
-            self.transmit(now, self.cfg.hold_acks, &mut work);
+            self.transmit(now, TxRound::AfterRx, &mut work);
         } else {
             self.flush_tx();
         }
@@ -780,18 +783,20 @@ impl RoceDevice {
     pub fn flush(&mut self) -> Work {
         let mut work = Work::default();
         let now = self.now();
-        self.transmit(now, false, &mut work);
+        self.transmit(now, TxRound::All, &mut work);
         work
     }
 
-    /// Hold the ACKs RX produces until the next poll (see [`RoceConfig::hold_acks`]).
+    /// Hold the ACKs RX produces until the next poll: the transport's ACK-hold policy
+    /// ([`DeviceConfig::hold_acks`]). Only for callers that keep polling, or [`flush`](Self::flush)
+    /// before they stop: a held ACK is not sent without a further `poll`/`flush`.
     pub fn set_hold_acks(&mut self, on: bool) {
-        self.cfg.hold_acks = on;
+        self.dev.set_hold_acks(on);
     }
 
     /// Whether ACKs RX produces wait for the next poll.
     pub fn hold_acks(&self) -> bool {
-        self.cfg.hold_acks
+        self.dev.hold_acks()
     }
 
     /// The safety net of [`RoceConfig::hold_acks`] for a caller that may stop polling (a
@@ -822,7 +827,7 @@ impl RoceDevice {
 
     /// Frames from the transport (all, or without plain ACK/NAKs) up to the budget, bounded
     /// by frames still waiting for the PMD, then a TX burst.
-    fn transmit(&mut self, now: Instant, data_only: bool, work: &mut Work) {
+    fn transmit(&mut self, now: Instant, round: TxRound, work: &mut Work) {
         if !self.dev.tx_ready() {
             self.flush_tx();
             return;
@@ -849,7 +854,11 @@ impl RoceDevice {
                 self.counters.tx_nombuf += 1;
                 break;
             };
-            let r = if data_only { self.dev.poll_transmit_data(now, buf) } else { self.dev.poll_transmit(now, buf) };
+            let r = match round {
+                TxRound::DataOnly => self.dev.poll_transmit_data(now, buf),
+                TxRound::All => self.dev.poll_transmit(now, buf),
+                TxRound::AfterRx => self.dev.poll_transmit_after_rx(now, buf),
+            };
             match r {
                 Some(n) => {
                     let _ = m.set_len(n as u16);

@@ -332,7 +332,7 @@ impl Runtime {
         rc.rx_burst = 64;
         rc.tx_burst = 64;
         rc.checksum_offload = true;
-        rc.hold_acks = cfg.hold_acks;
+        rc.transport.hold_acks = cfg.hold_acks;
         let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| RuntimeError::Device(format!("RoCE device on {pname}: {e}")))?;
         let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
             .map_err(|e| RuntimeError::Device(format!("CM agent: {e}")))?;
@@ -397,6 +397,11 @@ impl Runtime {
     /// reply ([`RuntimeConfig::hold_acks`]); the one switch of the ACK-hold policy.
     pub fn set_hold_acks(&mut self, on: bool) {
         self.dev.set_hold_acks(on);
+    }
+
+    /// Whether ACKs wait for the next poll (the ACK-hold policy).
+    pub fn hold_acks(&self) -> bool {
+        self.dev.hold_acks()
     }
 
     /// Sends what waits now (held ACKs, queued frames).
