@@ -123,7 +123,7 @@ pub extern "C" fn droce_rs_mem_reg(_md_rs: *mut c_void, address: *mut c_void, le
             let pd = md::pd(&mut h);
             // SAFETY: UCT's contract: the range stays mapped until mem_dereg, which removes it
             // from the device before returning.
-            match unsafe { h.dev().reg_mr(pd, address as *mut u8, length, AccessFlags::ALL) } {
+            match unsafe { h.reg_mr(pd, address as *mut u8, length, AccessFlags::ALL) } {
                 Ok(mr) => MemReg { lkey: mr.lkey, rkey: mr.rkey, addr: address as u64, len: length as u64 },
                 Err(e) => {
                     log(0, &format!("droce: memory registration of {length} B at {address:p} failed: {e:?}"));
@@ -150,7 +150,7 @@ pub extern "C" fn droce_rs_mem_dereg(_md_rs: *mut c_void, memh: *mut c_void) -> 
             return UCS_OK;
         }
         match runtime::global() {
-            Ok(hm) => match hm.lock().unwrap_or_else(PoisonError::into_inner).dev().dereg_mr(reg.lkey) {
+            Ok(hm) => match hm.lock().unwrap_or_else(PoisonError::into_inner).dereg_mr(reg.lkey) {
                 Ok(()) => UCS_OK,
                 Err(_) => UCS_ERR_INVALID_PARAM,
             },
@@ -221,7 +221,7 @@ pub extern "C" fn droce_rs_iface_open(iface_c: *mut c_void, kind: c_int, cfg: *c
         };
         let mut h = hm.lock().unwrap_or_else(PoisonError::into_inner);
         let pd = md::pd(&mut h);
-        let lay = Layout::new(kind, &cfg, h.dev().path_mtu());
+        let lay = Layout::new(kind, &cfg, h.path_mtu());
         let Ok(al) = AllocLayout::from_size_align(lay.bytes(), 4096) else { return UCS_ERR_INVALID_PARAM };
         // SAFETY: non-zero size (at least 16 receive + 4 send slots of 256 B).
         let block = unsafe { alloc_zeroed(al) };
@@ -229,7 +229,7 @@ pub extern "C" fn droce_rs_iface_open(iface_c: *mut c_void, kind: c_int, cfg: *c
             return UCS_ERR_NO_MEMORY;
         }
         // SAFETY: the block is ours until iface_close, which deregisters it before freeing it.
-        let mr = match unsafe { h.dev().reg_mr(pd, block, lay.bytes(), AccessFlags::ALL) } {
+        let mr = match unsafe { h.reg_mr(pd, block, lay.bytes(), AccessFlags::ALL) } {
             Ok(mr) => mr,
             Err(e) => {
                 // SAFETY: allocated above with `al`, never registered.
@@ -246,7 +246,7 @@ pub extern "C" fn droce_rs_iface_open(iface_c: *mut c_void, kind: c_int, cfg: *c
                 UCS_OK
             }
             Err(msg) => {
-                let _ = h.dev().dereg_mr(mr.lkey);
+                let _ = h.dereg_mr(mr.lkey);
                 // SAFETY: deregistered just above; nothing else refers to the block.
                 unsafe { dealloc(block, al) };
                 log(0, &msg);
