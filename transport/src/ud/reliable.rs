@@ -460,7 +460,8 @@ impl Receiver {
     pub fn on_datagram(&mut self, from: Peer, src: EndpointKey, seq: Seq) -> Delivery {
         self.heard += 1;
         let key = (from, src);
-        if !self.chans.contains_key(&key) && self.chans.len() >= self.max_channels {
+        // (the length test first: no second hash per datagram below the bound)
+        if self.chans.len() >= self.max_channels && !self.chans.contains_key(&key) {
             self.evict_one();
         }
         let ch = self.chans.entry(key).or_insert(Channel { expected: Seq(0), last_heard: 0 });
