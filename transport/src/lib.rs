@@ -29,6 +29,8 @@
 //!   40-byte GRH at the head of the receive buffer, messages up to the path MTU; QP1 (GSI)
 //!   for the IB CM (`cm`: REQ/REP/RTU/REJ/DREQ/DREP/MRA, SIDR, the rdma_cm private-data
 //!   header, and `cm::agent`, which runs it on QP1 of a `Device` and moves RC QPs).
+//! - Reliable UD (`ud::reliable`, above the verbs, for datagram frontends such as UCX's
+//!   droce_ud): sequence numbers, cumulative acknowledgements, go-back-N retransmission.
 //! - Device: QPN routing, timer heap, round-robin transmit among ready QPs, rxe-style
 //!   counters ([`counters::Counters`]).
 //!

@@ -1,8 +1,8 @@
 /*
- * The plain C ABI between the UCT shim (droce_uct.c) and the Rust crate (src/ffi.rs).
+ * The plain C ABI between the UCT shim (droce_uct.c) and the Rust crate (src/ffi/).
  * No UCX type crosses it: UCX objects are opaque pointers on the Rust side, and every
  * callback into UCX (completion, AM handler, pending request, pack/unpack) goes through a
- * droce_c_* helper defined in the shim. Keep in sync with src/ffi.rs.
+ * droce_c_* helper defined in the shim. Keep in sync with src/ffi/.
  */
 #ifndef DROCE_ABI_H
 #define DROCE_ABI_H

@@ -7,13 +7,16 @@
 //!   native IB atomics; 64-bit swap and every 32-bit op run as a compare-swap loop on the
 //!   enclosing aligned 8-byte word (so a 32-bit target needs its whole 8-byte word registered).
 //! * `droce_ud` — one UD QP per interface, CONNECT_TO_IFACE (iface address = UD QPN, device
-//!   address = GID), AM short/bcopy/zcopy up to the path MTU. UCP uses it for wire-up. It is not
-//!   reliable: a datagram lost on the wire (or arriving when no receive buffer is posted) is lost.
+//!   address = GID), AM short/bcopy/zcopy up to the path MTU. UCP uses it for wire-up and may
+//!   take it as its AM lane: it is reliable and in order (a header, acknowledgements and
+//!   go-back-N retransmission: `droce_transport::ud::reliable`), and an endpoint whose peer
+//!   stops acknowledging fails after about 4 s, as an RC one does.
 //!
-//! Both share the process-wide droce host ([`droce_dpdk::runtime::global`]): one DPDK port from
-//! `DROCE_CONF` or the zero-config memif mesh. Progress is manual: the interface progress
-//! callback (registered with the UCT worker by `uct_iface_progress_enable`) locks the host, polls
-//! the port and the interface's completion queue, then runs UCX callbacks with no lock held.
+//! Both share the process-wide droce runtime ([`droce_dpdk::runtime::global`]): one DPDK port
+//! from `DROCE_CONF` or the zero-config memif mesh, reached only through the runtime's verbs.
+//! Progress is manual: the interface progress callback (registered with the UCT worker by
+//! `uct_iface_progress_enable`) locks the runtime, runs one datapath round and polls the
+//! interface's completion queue, then runs UCX callbacks with no lock held.
 //!
 //! Layout: `shim/droce_uct.c` (C; UCX's class and registration macros, struct embedding, the
 //! load-time layout check) forwards every operation through the plain ABI of

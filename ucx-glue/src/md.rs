@@ -27,7 +27,7 @@ static PD: OnceLock<PdHandle> = OnceLock::new();
 /// The protection domain every droce MR and QP of this process uses (one per process, so any
 /// interface can use any registration of any droce MD).
 pub fn pd(host: &mut Runtime) -> PdHandle {
-    *PD.get_or_init(|| host.dev().device_mut().alloc_pd())
+    *PD.get_or_init(|| host.alloc_pd())
 }
 
 pub fn pack_rkey(rkey: Rkey) -> [u8; 8] {

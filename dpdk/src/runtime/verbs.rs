@@ -217,4 +217,27 @@ impl Runtime {
     pub fn poll_sidr_event(&mut self) -> Option<SidrEvent> {
         self.cm.poll_sidr_event()
     }
+
+    // ------------------------------------------------------------------ frontends that drive progress
+    // The UCX transport progresses the runtime from its own callbacks (no poll loop of ours):
+    // it pushes a latency-bound post to the wire at once, reposts receives without moving the
+    // request, and sends held ACKs before it tears its queues down.
+
+    /// One device round (TX what is posted, an RX burst, timers), without the link watch and
+    /// the CM agent of [`Runtime::progress`]: for a post that should leave now rather than at
+    /// the next progress call. True if anything happened.
+    pub fn poll_device(&mut self) -> bool {
+        !self.dev.poll().is_idle()
+    }
+
+    /// [`Runtime::post_srq_recv`] without moving the request (the caller reuses it).
+    pub fn post_srq_recv_ref(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), PostRecvError> {
+        self.dev.device_mut().post_srq_recv_ref(srq, wr)
+    }
+
+    /// Sends everything the device holds now, held ACKs included (before queues go away, or
+    /// when the caller stops progressing).
+    pub fn flush_tx(&mut self) {
+        self.dev.flush();
+    }
 }

@@ -1,5 +1,8 @@
 //! Unreliable Datagram service (IBA 9.8, 10.2.5): SEND/SEND_IMM with a DETH, Q_Key rules,
-//! and the 40-byte GRH at the head of the receive buffer.
+//! and the 40-byte GRH at the head of the receive buffer. [`reliable`]: in-order, acknowledged
+//! delivery on top, for frontends that need it.
+
+pub mod reliable;
 
 use crate::rc::{Effects, Payload, TxPkt};
 use crate::counters::Counters;
