@@ -12,7 +12,7 @@ use crate::info::{self, EpType};
 use crate::queue::{CqEntry, CqError, Queue, Signal, ADDR_NOTAVAIL};
 use droce_dpdk::runtime::Runtime;
 use droce_dpdk::roce::cm::{CmAgentEvent, ConnId, ConnectParams, SidrEvent, SidrId};
-use droce_dpdk::roce::RoceDevice;
+use droce_transport::device::DestroySrqError;
 use droce_transport::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{CqHandle, PdHandle, SrqHandle, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcFlags, WorkCompletion};
@@ -505,9 +505,8 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
         let host = droce_dpdk::runtime::global().map_err(|e| e.to_string())?;
         let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
         let local = Local { ip: addr::canon(h.local_ip()), peer: h.config().peer.map(addr::canon) };
-        let d = h.dev().device_mut();
-        let pd = d.alloc_pd();
-        let discard_cq = d.create_cq(DEV_CQ_DEPTH).map_err(|e| format!("create_cq: {e:?}"))?;
+        let pd = h.alloc_pd();
+        let discard_cq = h.create_cq(DEV_CQ_DEPTH).map_err(|e| format!("create_cq: {e:?}"))?;
         drop(h);
         let mut e = Engine {
             host,
@@ -573,7 +572,7 @@ impl Engine {
     // ------------------------------------------------------------------ objects
 
     pub fn open_cq(&mut self, want_fd: bool) -> Result<Id, Errno> {
-        let dev = self.host().dev().device_mut().create_cq(DEV_CQ_DEPTH).map_err(|_| fi::FI_ENOMEM)?;
+        let dev = self.host().create_cq(DEV_CQ_DEPTH).map_err(|_| fi::FI_ENOMEM)?;
         let mut q = Queue::default();
         if want_fd {
             q.signal = Some(Signal::new().map_err(|_| fi::FI_ENOMEM)?);
@@ -590,7 +589,7 @@ impl Engine {
         }
         if let Some(cq) = self.cqs.remove(&id) {
             if let Some(d) = cq.dev {
-                let _ = self.host().dev().device_mut().destroy_cq(d);
+                let _ = self.host().destroy_cq(d);
             }
         }
         self.rebuild_cq_list();
@@ -620,7 +619,7 @@ impl Engine {
     /// Deregisters the MR (application or temporary) with this lkey.
     pub fn remove_mr(&mut self, lkey: Lkey) -> Option<Mr> {
         let mr = self.mrs.remove(lkey)?;
-        let _ = self.host().dev().dereg_mr(mr.lkey);
+        let _ = self.host().dereg_mr(mr.lkey);
         Some(mr)
     }
 
@@ -688,7 +687,6 @@ impl Engine {
             None => None,
         };
         let mut h = self.host();
-        let dev: &mut RoceDevice = h.dev();
         let cap = QpCap {
             max_send_wr: info::TX_SIZE as u32,
             max_recv_wr: info::RX_SIZE as u32,
@@ -697,32 +695,30 @@ impl Engine {
             max_inline_data: info::INJECT_SIZE as u32,
         };
         let qp_type = if ty == EpType::Msg { QpType::Rc } else { QpType::Ud };
-        let qp = dev
-            .device_mut()
+        let qp = h
             .create_qp(QpInitAttr { qp_type, pd, send_cq, recv_cq, srq, cap, sq_sig_all: false })
             .map_err(|_| fi::FI_ENOMEM)?;
         let res = match ty {
-            EpType::Msg => droce_dpdk::roce::cm::to_init(dev, qp).map_err(|_| fi::FI_EIO),
+            EpType::Msg => h.rc_qp_to_init(qp).map_err(|_| fi::FI_EIO),
             EpType::Dgram => {
-                let d = dev.device_mut();
                 let a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, qkey: QKey(UD_QKEY), ..QpAttr::default() };
                 let steps = [
                     (a, QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY),
                     (QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, QpAttrMask::STATE),
                     (QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(0), ..QpAttr::default() }, QpAttrMask::STATE | QpAttrMask::SQ_PSN),
                 ];
-                steps.iter().try_for_each(|(a, m)| d.modify_qp(qp, a, *m).map_err(|_| fi::FI_EIO))
+                steps.iter().try_for_each(|(a, m)| h.modify_qp(qp, a, *m).map_err(|_| fi::FI_EIO))
             }
         };
         if let Err(e) = res {
-            let _ = dev.device_mut().destroy_qp(qp);
+            let _ = h.destroy_qp(qp);
             return Err(e);
         }
-        let qpn = dev.device().query_qp(qp).map(|i| i.qp_num.value()).unwrap_or(0);
+        let qpn = h.query_qp(qp).map(|i| i.qp_num.value()).unwrap_or(0);
         let port = self.eps.get(&id).map_or(0, |e| e.src.sa.port());
         // A DGRAM endpoint bound to a port answers SIDR for it: peers that know only the IP
         // and port (node/service) learn its QPN from our CM.
-        let sidr_service = (ty == EpType::Dgram && port != 0).then(|| h.cm().sidr_register(port, Qpn::new(qpn), QKey(UD_QKEY)));
+        let sidr_service = (ty == EpType::Dgram && port != 0).then(|| h.sidr_register(port, Qpn::new(qpn), QKey(UD_QKEY)));
         drop(h);
         let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
         ep.qp = Some(qp);
@@ -738,11 +734,10 @@ impl Engine {
         let Some(ep) = self.eps.remove(&id) else { return };
         let mut h = self.host();
         if let Some(s) = ep.sidr_service {
-            h.cm().sidr_unregister(s);
+            h.sidr_unregister(s);
         }
         if let (Some(c), ConnState::Connected | ConnState::Connecting | ConnState::Accepting) = (ep.conn, ep.state) {
-            let (cm, dev) = h.cm_and_dev();
-            let _ = cm.disconnect(dev, c);
+            let _ = h.disconnect(c);
         }
         // Acknowledgements the device holds for the next round (and the DREQ) leave now: an
         // application that closes right after its last receive completion may exit next, and
@@ -754,11 +749,11 @@ impl Engine {
             (Some(qp), Some(c)) if !ep.cm_done => {
                 // keep it out of the way (ERROR) until the agent lets go of it
                 let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-                let _ = h.dev().device_mut().modify_qp(qp, &a, QpAttrMask::STATE);
+                let _ = h.modify_qp(qp, &a, QpAttrMask::STATE);
                 self.zombies.insert(c, qp);
             }
             (Some(qp), _) => {
-                let _ = h.dev().device_mut().destroy_qp(qp);
+                let _ = h.destroy_qp(qp);
             }
             _ => {}
         }
@@ -788,7 +783,7 @@ impl Engine {
     /// A shared receive context: an SRQ of `size` receives.
     pub fn open_srx(&mut self, fid: usize, context: usize, size: usize) -> Result<Id, Errno> {
         let pd = self.pd;
-        let srq = self.host().dev().device_mut().create_srq(pd, size.clamp(1, info::RX_SIZE as usize), info::IOV_LIMIT as usize).map_err(|_| fi::FI_ENOMEM)?;
+        let srq = self.host().create_srq(pd, size.clamp(1, info::RX_SIZE as usize), info::IOV_LIMIT as usize).map_err(|_| fi::FI_ENOMEM)?;
         let id = self.fresh_id();
         self.srxs.insert(id, Srx { fid, context, srq });
         Ok(id)
@@ -816,8 +811,8 @@ impl Engine {
             return;
         }
         let mut h = self.host();
-        let d = h.dev().device_mut();
-        self.orphan_srqs.retain(|s| d.destroy_srq(*s).is_err() && d.srq(*s).is_some());
+        // kept while a QP still uses it (an unknown handle is already gone)
+        self.orphan_srqs.retain(|s| matches!(h.destroy_srq(*s), Err(DestroySrqError::Busy)));
     }
 
     pub fn new_pep(&mut self, fid: usize, context: usize, src: EpAddr) -> Id {
@@ -864,7 +859,7 @@ impl Engine {
         } else if self.listeners.get(&port).is_some_and(|p| *p != id) {
             return Err(fi::FI_EADDRINUSE);
         }
-        let svc = self.host().cm_and_dev().0.listen(port);
+        let svc = self.host().listen(port);
         self.listeners.insert(port, id);
         let pep = self.peps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
         pep.src.sa.set_port(port);
@@ -875,7 +870,7 @@ impl Engine {
     pub fn close_pep(&mut self, id: Id) {
         if let Some(p) = self.peps.remove(&id) {
             if let Some(svc) = p.listening {
-                self.host().cm_and_dev().0.unlisten_service(svc);
+                self.host().unlisten(svc);
                 self.listeners.remove(&p.src.sa.port());
             }
         }
@@ -900,8 +895,7 @@ impl Engine {
                 // nobody there (a zero-config peer that has exited): the REQ could only time out
                 return Err(fi::FI_ECONNREFUSED);
             }
-            let (cm, dev) = h.cm_and_dev();
-            cm.connect(dev, sa, qp, &p).map_err(|_| fi::FI_EHOSTUNREACH)?
+            h.connect(sa, qp, &p).map_err(|_| fi::FI_EHOSTUNREACH)?
         };
         self.conns.insert(conn, id);
         let ep = self.eps.get_mut(&id).ok_or(fi::FI_EINVAL)?;
@@ -924,15 +918,14 @@ impl Engine {
         let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
         {
             let mut h = self.host();
-            let (cm, dev) = h.cm_and_dev();
-            cm.accept(dev, conn, qp, &p).map_err(|_| fi::FI_ECONNABORTED)?;
+            h.accept(conn, qp, &p).map_err(|_| fi::FI_ECONNABORTED)?;
         }
         self.conns.insert(conn, id);
         Ok(())
     }
 
     pub fn reject(&mut self, conn: ConnId, data: &[u8]) -> Result<(), Errno> {
-        self.host().cm_and_dev().0.reject(conn, &cm_encode(data)).map_err(|_| fi::FI_EINVAL)
+        self.host().reject(conn, &cm_encode(data)).map_err(|_| fi::FI_EINVAL)
     }
 
     pub fn shutdown(&mut self, id: Id) -> Result<(), Errno> {
@@ -943,8 +936,7 @@ impl Engine {
         }
         {
             let mut h = self.host();
-            let (cm, dev) = h.cm_and_dev();
-            let _ = cm.disconnect(dev, conn);
+            let _ = h.disconnect(conn);
         }
         if let Some(ep) = self.eps.get_mut(&id) {
             ep.state = ConnState::Shutdown;
@@ -994,14 +986,11 @@ impl Engine {
         wr.ud = None;
         let mut h = self.host();
         if let Some((d, qpn)) = ud {
-            let dev = h.dev();
-            let ip = addr::canon(d.sa.ip());
-            let gid = gid_of(ip);
-            let sgid = dev.gid_index(&gid_of(self.local.ip)).unwrap_or(1);
-            let av = dev.av(gid, sgid);
+            let gid = gid_of(addr::canon(d.sa.ip()));
+            let av = h.av(gid, h.local_gid_index());
             self.swr.ud = Some(UdDest { av, remote_qpn: Qpn::new(qpn), remote_qkey: QKey(UD_QKEY) });
         }
-        h.dev().device_mut().post_send_ref(qp, &self.swr).map_err(|e| {
+        h.post_send_ref(qp, &self.swr).map_err(|e| {
             use droce_transport::device::PostSendError as P;
             match e {
                 P::QueueFull => fi::FI_EAGAIN,
@@ -1012,7 +1001,7 @@ impl Engine {
         })?;
         // The first frames leave now: the application may block elsewhere next (an inject
         // followed by an out-of-band wait must still reach the peer).
-        h.dev().poll();
+        h.poll_once();
         drop(h);
         if debug() {
             eprintln!("droce-fi: ep{id} post {:?} len {} inline {} imm {:?} ctx {:#x} report {}", r.opcode, r.op.len, r.inline, r.imm, r.op.context, r.op.report);
@@ -1040,8 +1029,7 @@ impl Engine {
         if let Some(deadline) = deadline {
             let r = {
                 let mut h = self.host();
-                let (cm, dev) = h.cm_and_dev();
-                cm.sidr_resolve(dev, key)
+                h.sidr_resolve(key)
             };
             match r {
                 Ok(id) => self.sidr.insert(key, Sidr::Pending { id, deadline }),
@@ -1105,7 +1093,7 @@ impl Engine {
         q.rnr_fast = true;
         let Some(qp) = self.eps.get(&id).and_then(|e| e.qp) else { return };
         let a = QpAttr { min_rnr_timer: MULTI_RECV_RNR_TIMER, ..QpAttr::default() };
-        if let Err(e) = self.host().dev().device_mut().modify_qp(qp, &a, QpAttrMask::MIN_RNR_TIMER) {
+        if let Err(e) = self.host().modify_qp(qp, &a, QpAttrMask::MIN_RNR_TIMER) {
             if debug() {
                 eprintln!("droce-fi: ep{id} min_rnr_timer not lowered: {e:?}");
             }
@@ -1144,10 +1132,9 @@ impl Engine {
             self.rwr.sg_list.push(Sge { addr: s.addr, length: s.len as u32, lkey: s.lkey });
         }
         let mut h = self.host();
-        let d = h.dev().device_mut();
         match target {
-            Ok(qp) => d.post_recv_ref(qp, &self.rwr),
-            Err(srq) => d.post_srq_recv_ref(srq, &self.rwr),
+            Ok(qp) => h.post_recv_ref(qp, &self.rwr),
+            Err(srq) => h.post_srq_recv_ref(srq, &self.rwr),
         }
         .map_err(|e| {
             use droce_transport::device::PostRecvError as P;
@@ -1210,7 +1197,7 @@ impl Engine {
             work |= w;
             for &(id, d) in &self.cq_list {
                 for _ in 0..256 {
-                    let n = h.dev().device_mut().poll_cq(d, &mut buf).unwrap_or(0);
+                    let n = h.poll_cq(d, &mut buf).unwrap_or(0);
                     wcs.extend(buf[..n].iter().map(|w| (id, *w)));
                     if n < buf.len() {
                         break;
@@ -1221,21 +1208,18 @@ impl Engine {
             // burst before the reply the application posts on these completions: return
             // them first; the ACKs leave with the next call (in the reply's burst, ahead of
             // it) or from the host's watchdog.
-            if !w || (!wcs.is_empty() && h.dev().hold_acks()) {
+            if !w || (!wcs.is_empty() && h.hold_acks()) {
                 break;
             }
         }
         let lost: Vec<IpAddr> = h.lost_peers_since(&mut self.lost_seen).to_vec();
         let mut events = Vec::new();
         let mut sidr_events = Vec::new();
-        {
-            let (cm, _) = h.cm_and_dev();
-            while let Some(e) = cm.poll_event() {
-                events.push(e);
-            }
-            while let Some(e) = cm.poll_sidr_event() {
-                sidr_events.push(e);
-            }
+        while let Some(e) = h.poll_cm_event() {
+            events.push(e);
+        }
+        while let Some(e) = h.poll_sidr_event() {
+            sidr_events.push(e);
         }
         // UD receives: the sender's address is in the GRH the device wrote.
         let mut grh_src: HashMap<u64, IpAddr> = HashMap::new();
@@ -1244,7 +1228,7 @@ impl Engine {
                 if let Some(op) = self.ops.get(&wc.wr_id) {
                     if op.kind == OpKind::Recv && wc.status == WcStatus::Success && self.eps.get(&op.ep).is_some_and(|e| e.ty == EpType::Dgram) {
                         let mut g = [0u8; 40];
-                        if h.dev().read_mem(op.grh_addr(), &mut g).is_ok() {
+                        if h.read_mem(op.grh_addr(), &mut g).is_ok() {
                             if let Some(ip) = grh_source(&g) {
                                 grh_src.insert(wc.wr_id, ip);
                             }
@@ -1295,7 +1279,7 @@ impl Engine {
             }
             if let Some(qp) = ep.qp {
                 let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-                let _ = h.dev().device_mut().modify_qp(qp, &a, QpAttrMask::STATE);
+                let _ = h.modify_qp(qp, &a, QpAttrMask::STATE);
             }
             failed.push((id, ep.state));
             ep.state = ConnState::Shutdown;
@@ -1328,7 +1312,7 @@ impl Engine {
         }
         if let CmAgentEvent::Disconnected { id } | CmAgentEvent::Rejected { id, .. } | CmAgentEvent::TimedOut { id } = &e {
             if let Some(qp) = self.zombies.remove(id) {
-                let _ = self.host().dev().device_mut().destroy_qp(qp);
+                let _ = self.host().destroy_qp(qp);
                 self.reap_srqs();
                 return;
             }
@@ -1339,14 +1323,14 @@ impl Engine {
         match e {
             CmAgentEvent::ConnectRequest { id, src, dst, private_data, .. } => {
                 let Some(pep) = self.listeners.get(&dst.port()).and_then(|p| self.peps.get(p)) else {
-                    let _ = self.host().cm_and_dev().0.reject(id, &[]);
+                    let _ = self.host().reject(id, &[]);
                     return;
                 };
                 let ev = EqEvent::ConnReq { pep_fid: pep.fid, pep_context: pep.context, conn: id, src, dst, data: cm_decode(&private_data) };
                 match pep.eq.and_then(|q| self.eqs.get_mut(&q)) {
                     Some(q) => q.push(ev),
                     None => {
-                        let _ = self.host().cm_and_dev().0.reject(id, &[]);
+                        let _ = self.host().reject(id, &[]);
                     }
                 }
             }
@@ -1451,7 +1435,7 @@ impl Engine {
             for &(a, l) in &b.user {
                 let k = (l as usize).min(data.len() - off);
                 if k > 0 {
-                    let _ = h.dev().write_mem(a, &data[off..off + k]);
+                    let _ = h.write_mem(a, &data[off..off + k]);
                 }
                 off += k;
             }

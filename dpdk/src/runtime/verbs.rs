@@ -211,4 +211,31 @@ impl Runtime {
     pub fn poll_sidr_event(&mut self) -> Option<SidrEvent> {
         self.cm.poll_sidr_event()
     }
+
+    // ------------------------------------------------------------------ for the libfabric provider
+
+    /// Moves RC QP `qp` from RESET to INIT with the access rights the CM agent grants, so that
+    /// receives can be posted before the connection exists (as rdma_cm allows).
+    pub fn rc_qp_to_init(&mut self, qp: QpHandle) -> Result<(), CmAgentError> {
+        crate::roce::cm::to_init(&mut self.dev, qp)
+    }
+
+    /// [`Runtime::post_srq_recv`] without moving the request (the caller reuses it).
+    pub fn post_srq_recv_ref(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), PostRecvError> {
+        self.dev.device_mut().post_srq_recv_ref(srq, wr)
+    }
+
+    /// One device round (RX burst, timers, TX) without the CM agent or the link watch: the
+    /// first frames of a request just posted leave before the caller returns to the
+    /// application. True if anything happened.
+    pub fn poll_once(&mut self) -> bool {
+        !self.dev.poll().is_idle()
+    }
+
+    /// Whether the device holds the ACKs of a round back for the next poll (see
+    /// [`crate::roce::RoceConfig::hold_acks`]): a caller that just found completions returns
+    /// them before polling again, so the ACKs leave in one burst with the reply.
+    pub fn hold_acks(&self) -> bool {
+        self.dev.hold_acks()
+    }
 }

@@ -19,7 +19,7 @@ pub(crate) fn init_engine(e: &mut Engine) {
     let ptr = area.as_mut_ptr();
     // SAFETY: `area` is leaked (never freed or moved) and only touched by the engine, under
     // its lock, right before an INLINE post that copies it.
-    let mr = unsafe { e.host().dev().reg_mr(pd, ptr, BOUNCE_LEN, AccessFlags::LOCAL_WRITE) };
+    let mr = unsafe { e.host().reg_mr(pd, ptr, BOUNCE_LEN, AccessFlags::LOCAL_WRITE) };
     if let Ok(mr) = mr {
         e.bounce = Some((area, mr.lkey));
     }
@@ -143,9 +143,9 @@ unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
     guard(EOTHER_I, || {
         if engine::debug() {
             if let Some(e) = engine::engine_if_open() {
-                let mut h = e.host();
+                let h = e.host();
                 let port = h.port_id().0;
-                let st = h.dev().stats();
+                let st = h.stats();
                 eprintln!("{}", droce_dpdk::roce::format_roce_stats(port, &st));
             }
         }
@@ -211,7 +211,7 @@ pub(crate) fn register(e: &mut Engine, addr: u64, len: u64, access: AccessFlags,
     // SAFETY: the application registered this range: by the fi_mr_reg contract it stays valid
     // until fi_close(mr), which deregisters it first. For temporary registrations the buffer
     // belongs to an operation in flight and is deregistered at its completion (or ep close).
-    let mr = unsafe { e.host().dev().reg_mr(pd, addr as *mut u8, len as usize, access) }.map_err(|_| FI_EINVAL)?;
+    let mr = unsafe { e.host().reg_mr(pd, addr as *mut u8, len as usize, access) }.map_err(|_| FI_EINVAL)?;
     let m = Mr { va: mr.va, len: mr.len, lkey: mr.lkey, rkey: mr.rkey, temp };
     e.add_mr(m);
     Ok(m)
