@@ -72,7 +72,7 @@ pub struct Engine {
     orphan_srqs: Vec<SrqHandle>,
     pub ops: OpMap,
     pub mrs: MrTable,
-    pub(crate) conns: HashMap<ConnId, Id>,
+    conns: HashMap<ConnId, Id>,
     /// rdma_cm port → passive endpoint
     listeners: HashMap<u16, Id>,
     /// QPs of closed endpoints whose connection the CM agent still drives (a DREQ/DREP or
