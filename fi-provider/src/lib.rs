@@ -18,9 +18,11 @@
 //! ```
 //!
 //! Layout: [`info`] (getinfo matching), [`addr`] (sockaddr names), [`queue`] (CQ/EQ queues),
-//! [`engine`] (the state behind the fids and the progress step) are safe Rust with unit tests;
-//! `ffi` holds every `unsafe` line: bindgen types of /usr/include/rdma, the ops tables, and
-//! the `extern "C"` entries (each catches panics).
+//! [`engine`] (the state behind the fids, the posting policy, completion translation,
+//! connection management and the progress step, on the runtime's verbs) are safe Rust with
+//! unit tests; `ffi` holds every `unsafe` line: bindgen types of /usr/include/rdma, one file
+//! per libfabric object family with its ops table and `extern "C"` entries (each catches
+//! panics), converting pointers and calling the engine.
 #![deny(unsafe_code)]
 
 pub mod addr;

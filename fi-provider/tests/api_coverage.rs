@@ -814,10 +814,22 @@ unsafe fn limits_body() {
     // inject_size: 256 arrives (no completion), 257 is FI_EMSGSIZE; the same for fi_inject_write
     assert_eq!(call!(b, msg.recv(lb.as_ptr() as *mut c_void, 4096, db, FI_ADDR_UNSPEC, 0x55 as *mut c_void)), 0);
     assert_eq!(call!(a, msg.inject(la.as_ptr().add(1000) as *const c_void, 257, FI_ADDR_UNSPEC)), -(FI_EMSGSIZE as isize), "fi_inject of 257 bytes");
+    let sent = la[1000..1256].to_vec();
     assert_eq!(call!(a, msg.inject(la.as_ptr().add(1000) as *const c_void, 256, FI_ADDR_UNSPEC)), 0, "fi_inject of 256 bytes");
+    // the buffer (registered: read in place) is the application's again when the call returns
+    la[1000..1256].fill(0xee);
     let r = cq_wait(cq_b);
     assert_eq!((r.op_context as usize, r.len), (0x55, 256));
-    assert_eq!(&lb[..256], &la[1000..1256]);
+    assert_eq!(&lb[..256], &sent[..], "the bytes at the time of the inject arrive");
+    // an unregistered buffer goes through the provider's bounce area, under the same contract
+    let mut own = pattern(100, 77);
+    let own_sent = own.clone();
+    assert_eq!(call!(b, msg.recv(lb.as_ptr() as *mut c_void, 4096, db, FI_ADDR_UNSPEC, 0x56 as *mut c_void)), 0);
+    assert_eq!(call!(a, msg.inject(own.as_ptr() as *const c_void, 100, FI_ADDR_UNSPEC)), 0, "fi_inject from unregistered memory");
+    own.fill(0xdd);
+    let r = cq_wait(cq_b);
+    assert_eq!((r.op_context as usize, r.len), (0x56, 100));
+    assert_eq!(&lb[..100], &own_sent[..], "the unregistered bytes at the time of the inject arrive");
     assert_eq!(call!(a, rma.inject(la.as_ptr() as *const c_void, 257, FI_ADDR_UNSPEC, lb.as_ptr() as u64 + 8192, key)), -(FI_EMSGSIZE as isize), "fi_inject_write of 257 bytes");
     assert_cq_empty(cq_a, "an inject has no completion");
 

@@ -5,9 +5,12 @@
 //!
 //! ```text
 //! protection domains, memory     alloc_pd dealloc_pd  reg_mr (unsafe) dereg_mr  read_mem write_mem
-//! completion queues, SRQs        create_cq destroy_cq poll_cq poll_cq_one  create_srq destroy_srq post_srq_recv
-//! queue pairs                    create_qp destroy_qp query_qp modify_qp  path_mtu av
+//! completion queues, SRQs        create_cq destroy_cq poll_cq poll_cq_one  create_srq destroy_srq
+//!                                post_srq_recv post_srq_recv_ref
+//! queue pairs                    create_qp destroy_qp query_qp modify_qp qp_to_init  path_mtu av
 //! work requests                  post_send post_send_ref post_recv post_recv_ref
+//! progress from a frontend       poll_device (one device round); in mod.rs: progress,
+//!                                progress_datapath, flush, set_hold_acks / hold_acks
 //! asynchronous events            poll_event
 //! connections (IB CM on QP1)     listen unlisten connect accept reject disconnect poll_cm_event cm_params
 //! UD service resolution (SIDR)   sidr_register sidr_unregister sidr_resolve poll_sidr_event
@@ -218,14 +221,14 @@ impl Runtime {
         self.cm.poll_sidr_event()
     }
 
-    // ------------------------------------------------------------------ frontends that drive progress
-    // The UCX transport progresses the runtime from its own callbacks (no poll loop of ours):
-    // it pushes a latency-bound post to the wire at once, reposts receives without moving the
-    // request, and sends held ACKs before it tears its queues down.
+    // ------------------------------------------------------------------ frontends' own progress
+    // The libfabric provider and the UCX transport progress the runtime from inside their
+    // calls: a latency-bound post is pushed to the wire at once, receives are reposted without
+    // moving the request.
 
     /// One device round (TX what is posted, an RX burst, timers), without the link watch and
-    /// the CM agent of [`Runtime::progress`]: for a post that should leave now rather than at
-    /// the next progress call. True if anything happened.
+    /// the CM agent of [`Runtime::progress`]: the first frames of a request just posted leave
+    /// before the caller returns to the application. True if anything happened.
     pub fn poll_device(&mut self) -> bool {
         !self.dev.poll().is_idle()
     }
@@ -233,11 +236,5 @@ impl Runtime {
     /// [`Runtime::post_srq_recv`] without moving the request (the caller reuses it).
     pub fn post_srq_recv_ref(&mut self, srq: SrqHandle, wr: &RecvWr) -> Result<(), PostRecvError> {
         self.dev.device_mut().post_srq_recv_ref(srq, wr)
-    }
-
-    /// Sends everything the device holds now, held ACKs included (before queues go away, or
-    /// when the caller stops progressing).
-    pub fn flush_tx(&mut self) {
-        self.dev.flush();
     }
 }

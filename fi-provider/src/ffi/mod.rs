@@ -8,9 +8,21 @@ pub mod sys {
     include!(concat!(env!("OUT_DIR"), "/fabric.rs"));
 }
 
+// One file per libfabric object family; each converts pointers and calls the engine.
+mod atomic;
+mod av;
+mod cm;
+mod cntr;
+mod cq;
 mod domain;
 mod ep;
+mod eq;
+mod mr;
+mod msg;
+mod srx;
 mod wait;
+
+use self::{atomic::*, av::*, cm::*, cntr::*, cq::*, domain::*, ep::*, eq::*, mr::*, msg::*, srx::*, wait::*};
 
 use crate::addr::EpAddr;
 use crate::engine::{self, Errno};
@@ -316,7 +328,7 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
         let pep_handle = opt(hints).map(|x| x.handle).filter(|h| opt(*h).is_some_and(|f| f.fclass as u32 == FI_CLASS_PEP));
         let mut h = h;
         if let (Some(ph), Some(hh)) = (pep_handle, h.as_mut()) {
-            if let Some(a) = ep::pep_addr(ph) {
+            if let Some(a) = pep_addr(ph) {
                 hh.src = Some(a);
             }
         }
@@ -413,10 +425,10 @@ static FABRIC_FI_OPS: fi_ops = fi_ops {
 
 static FABRIC_OPS: fi_ops_fabric = fi_ops_fabric {
     size: std::mem::size_of::<fi_ops_fabric>(),
-    domain: Some(domain::domain_open),
-    passive_ep: Some(ep::pep_open),
-    eq_open: Some(domain::eq_open),
-    wait_open: Some(wait::wait_open),
+    domain: Some(domain_open),
+    passive_ep: Some(pep_open),
+    eq_open: Some(eq_open),
+    wait_open: Some(wait_open),
     trywait: Some(trywait),
     domain2: nosys!(fn(*mut fid_fabric, *mut fi_info, *mut *mut fid_domain, u64, *mut c_void) -> c_int),
 };
@@ -467,13 +479,13 @@ unsafe extern "C" fn trywait(_f: *mut fid_fabric, fids: *mut *mut fid, count: c_
         for i in 0..count.max(0) as usize {
             // SAFETY: the caller passes `count` fids.
             let f = unsafe { *fids.add(i) };
-            if domain::fid_has_data(&e, f) {
+            if fid_has_data(&e, f) {
                 return -(FI_EAGAIN as c_int);
             }
         }
         for i in 0..count.max(0) as usize {
             // SAFETY: as above.
-            domain::settle_if_empty(&mut e, unsafe { *fids.add(i) });
+            settle_if_empty(&mut e, unsafe { *fids.add(i) });
         }
         0
     })
@@ -481,7 +493,7 @@ unsafe extern "C" fn trywait(_f: *mut fid_fabric, fids: *mut *mut fid, count: c_
 
 /// Opens (once) the engine; the bounce area for copies of small sends is registered here.
 pub(crate) fn open_engine() -> Result<std::sync::MutexGuard<'static, engine::Engine>, Errno> {
-    engine::engine(domain::init_engine).map_err(|e| {
+    engine::engine(init_engine).map_err(|e| {
         eprintln!("droce: {e}");
         FI_ENODEV
     })

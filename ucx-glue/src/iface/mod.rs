@@ -417,7 +417,7 @@ impl Iface {
                 eprintln!("droce_ud: {} datagrams sent again", g.retransmits);
             }
         }
-        h.flush_tx(); // held ACKs (RuntimeConfig::hold_acks) leave before the queues go
+        h.flush(); // held ACKs (RuntimeConfig::hold_acks) leave before the queues go
         let d = &mut *h;
         for ep in g.eps.iter_mut().flatten() {
             if let Some(qp) = ep.qp.take() {
