@@ -1,0 +1,244 @@
+//! The transmit path: round robin among QPs with work, the ACK-hold policy, frames built
+//! from the QP's next packet.
+
+use super::*;
+
+impl<M: Memory> Device<M> {
+    // ---------------------------------------------------------------- transmit
+
+    pub(super) fn has_tx_work(&self, idx: u32) -> bool {
+        let Some(q) = self.qps.get(idx) else { return false };
+        if !q.resp.queue.is_empty() {
+            return true;
+        }
+        match (q.init.qp_type, q.state) {
+            (QpType::Ud, QpState::Rts) => !q.req.sq.is_empty(),
+            (QpType::Rc, _) => rc_request_ready(q, &self.limits(q)),
+            _ => false,
+        }
+    }
+
+    pub(super) fn limits(&self, q: &Qp) -> ReqLimits {
+        ReqLimits {
+            mtu: q.mtu(),
+            max_rd_atomic: q.attr.max_rd_atomic as u32,
+            max_unacked_psns: self.cfg.max_unacked_psns,
+            dest_qp: q.attr.dest_qp_num,
+            comp_psn: q.comp.psn,
+        }
+    }
+
+    pub(super) fn mark_ready(&mut self, idx: u32) {
+        if self.has_tx_work(idx) {
+            if let Some(q) = self.qps.get_mut(idx) {
+                if !q.in_ready {
+                    q.in_ready = true;
+                    self.ready.push_back(idx);
+                }
+            }
+        }
+    }
+
+    /// Whether `poll_transmit` may have a frame: some QP is marked ready (false means it
+    /// certainly has none). Lets a poll loop skip buffer setup when idle.
+    #[inline]
+    pub fn tx_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
+    /// Write the next frame to send into `buf` (at least `max_frame_len()` bytes) and
+    /// return its length. QPs with work take turns, one frame each.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if buf.len() < self.max_frame_len() {
+            return None;
+        }
+        for _ in 0..self.ready.len() {
+            let idx = self.ready.pop_front()?;
+            if let Some(q) = self.qps.get_mut(idx) {
+                q.in_ready = false;
+            } else {
+                continue;
+            }
+            let sent = self.transmit_qp(idx, now, buf);
+            self.mark_ready(idx);
+            if let Some(n) = sent {
+                self.counters.sent_pkts += 1;
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) without the plain ACK/NAK replies (unless a
+    /// READ or atomic response waits behind them, or the QP has a request to send: then
+    /// all go, in order): they stay queued (and keep merging: one ACK covers what arrives
+    /// meanwhile) for the next `poll_transmit`; READ and atomic responses, requests and
+    /// retransmissions go.
+    ///
+    /// For a poll loop that wants acknowledgements off the critical path: a request that
+    /// asked for an ACK completes a receive right away; sending the ACK in that round
+    /// would cost a TX burst of its own before the application's reply (a ping-pong's
+    /// second half). With `poll_transmit_data` right after RX and `poll_transmit` at the
+    /// start of the next round (after whatever the application posted), the ACK and the
+    /// reply leave in one burst, the ACK first: the peer completes its send before it
+    /// receives the answer, as with any NIC. An ACK waits for at most one round.
+    pub fn poll_transmit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.holding = true;
+        let r = self.poll_transmit(now, buf);
+        self.holding = false;
+        r
+    }
+
+    /// What a poll loop sends right after a round of received frames: with the ACK-hold
+    /// policy ([`DeviceConfig::hold_acks`]) [`poll_transmit_data`](Self::poll_transmit_data),
+    /// else [`poll_transmit`](Self::poll_transmit). The next round's plain `poll_transmit`
+    /// (or a flush before the caller stops polling) sends the held ACKs.
+    #[inline]
+    pub fn poll_transmit_after_rx(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if self.cfg.hold_acks {
+            self.poll_transmit_data(now, buf)
+        } else {
+            self.poll_transmit(now, buf)
+        }
+    }
+
+    /// Turns the ACK-hold policy on or off ([`DeviceConfig::hold_acks`]).
+    pub fn set_hold_acks(&mut self, on: bool) {
+        self.cfg.hold_acks = on;
+    }
+
+    /// Whether ACKs wait for the next round ([`DeviceConfig::hold_acks`]).
+    pub fn hold_acks(&self) -> bool {
+        self.cfg.hold_acks
+    }
+
+    pub(super) fn transmit_qp(&mut self, idx: u32, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let lim = self.limits(self.qps.get(idx)?);
+        let q = self.qps.get_mut(idx)?;
+        match q.init.qp_type {
+            QpType::Rc => {
+                let err = q.state == QpState::Err;
+                // A held ACK never falls behind a request of its own QP: the peer would
+                // see our new message before the ACK for its own, i.e. complete the
+                // receive before the send that caused it. No NIC does that, and ofi_rxm's
+                // atomics free the request's buffer on the response and reuse it before
+                // the late send completion comes (fabtests' ubertest caught it).
+                let held = self.holding && (err || (responder::only_acks(q) && !rc_request_ready(q, &lim)));
+                let reply = if held { None } else { responder::next_reply(q, err) };
+                let pkt = match reply {
+                    Some(p) => Some(p),
+                    None if matches!(q.state, QpState::Rts | QpState::Sqd) => {
+                        if q.state == QpState::Sqd && !q.req.sq.get(q.req.next).is_some_and(|w| w.started) {
+                            None
+                        } else {
+                            let resend = q.req.psn.is_before(q.req.sent_high);
+                            let p = q.req.next_packet(&lim);
+                            if p.is_some() {
+                                completer::arm_retransmit(q, now);
+                                if resend {
+                                    self.counters.retransmitted_pkts += 1;
+                                }
+                            }
+                            p
+                        }
+                    }
+                    None => None,
+                }?;
+                let av = q.attr.ah_attr;
+                let (sport, pkey) = (q.udp_sport, q.pkey);
+                let n = self.emit(idx, &pkt, &av, sport, pkey, buf);
+                self.schedule(idx);
+                n
+            }
+            QpType::Ud => {
+                if q.state != QpState::Rts {
+                    return None;
+                }
+                let (pkt, dest) = crate::ud::next_packet(q)?;
+                let (sport, pkey) = (q.udp_sport, q.pkey);
+                let n = self.emit(idx, &pkt, &dest.av, sport, pkey, buf);
+                // UD sends complete when they leave (no acknowledgement, IBA 9.8).
+                let q = self.qps.get_mut(idx)?;
+                let mut fx = core::mem::take(&mut self.fx);
+                completer::complete_front(q, if n.is_some() { WcStatus::Success } else { WcStatus::LocQpOpErr }, &mut fx);
+                self.apply(idx, &mut fx);
+                self.fx = fx;
+                self.check_local_errors(idx);
+                n
+            }
+        }
+    }
+
+    pub(super) fn emit(&mut self, idx: u32, pkt: &TxPkt, av: &AddressVector, sport: u16, pkey: PKey, buf: &mut [u8]) -> Option<usize> {
+        self.header_template(idx, av, sport)?;
+        let tpl = &self.qps.get(idx)?.tx_hdr.as_ref()?.tpl;
+        let ident = self.ip_id;
+        if tpl.is_ipv4() {
+            self.ip_id = self.ip_id.wrapping_add(1);
+        }
+        let bth = BthRepr {
+            opcode: pkt.opcode,
+            solicited: pkt.solicited,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: pkt.dest_qp,
+            ack_req: pkt.ack_req,
+            psn: pkt.psn,
+        };
+        let plen = match pkt.payload {
+            Payload::None => 0,
+            Payload::SendWqe { len, .. } | Payload::Memory { len, .. } => len as usize,
+        };
+        let transport_len = pkt.opcode.info().header_len() + plen + wire::pad_len(plen) + wire::icrc::ICRC_LEN;
+        if tpl.len() + transport_len > buf.len() {
+            return None;
+        }
+        let tp = tpl.emit(ident, transport_len, buf);
+        let h = tp + wire::emit_transport(&bth, &pkt.ext, plen, &mut buf[tp..]);
+        let out = &mut buf[h..h + plen];
+        match pkt.payload {
+            Payload::None => {}
+            Payload::Memory { va, .. } => {
+                if self.mem.read(va, out).is_err() {
+                    out.fill(0);
+                }
+            }
+            Payload::SendWqe { wqe, offset, .. } => {
+                let q = self.qps.get(idx)?;
+                let w = q.req.sq.get(wqe)?;
+                match &w.inline {
+                    Some(data) => {
+                        let o = offset as usize;
+                        out.copy_from_slice(&data[o..o + plen]);
+                    }
+                    None => {
+                        if gather(&self.mem, w.sges.as_slice(), offset, out).is_err() {
+                            out.fill(0);
+                        }
+                    }
+                }
+            }
+        }
+        Some(wire::finish_frame(buf, plen))
+    }
+
+    /// Make sure the QP's header template is the one for `av` and `sport`: made (from the
+    /// GID table) when the QP has none or one for another path. `None` when the source GID
+    /// index is out of the table or the two GIDs are not of one IP version.
+    pub(super) fn header_template(&mut self, idx: u32, av: &AddressVector, sport: u16) -> Option<()> {
+        let q = self.qps.get_mut(idx)?;
+        if !q.tx_hdr.as_ref().is_some_and(|h| h.av == *av && h.sport == sport) {
+            let sgid = *self.cfg.gids.get(av.sgid_index as usize)?;
+            let hop = if av.hop_limit == 0 { self.cfg.hop_limit } else { av.hop_limit };
+            let ip = IpRepr::from_gids(sgid, av.dgid, av.traffic_class, hop, av.flow_label).ok()?;
+            let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(av.dmac), ethertype: EtherType::Ipv4 };
+            let udp = UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT };
+            q.tx_hdr = Some(TxHeader { av: *av, sport, tpl: HeaderTemplate::new(&eth, &ip, &udp) });
+        }
+        Some(())
+    }
+}
