@@ -1,0 +1,343 @@
+//! The timed loops of the perftest modes: bandwidth client and server, SEND / WRITE / READ /
+//! atomic latency, and the server-side check of --verify.
+
+use super::*;
+
+/// The streaming requester of write_bw, read_bw, atomic_bw and send_bw.
+pub(super) fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread()?;
+    }
+    let nq = r.qps.len();
+    let iters = r.o.iters;
+    let depth = r.tx_depth();
+    let (mut posted, mut done) = (vec![0u64; nq], vec![0u64; nq]);
+    let mut stamps = Vec::with_capacity((iters as usize * nq).min(1 << 24));
+    let fill = r.o.verify && matches!(r.o.test, Test::WriteBw | Test::SendBw);
+    // perftest's CQ moderation: signal one WR in CQ_MOD (not for READ/atomic, whose every
+    // response is checked with --verify)
+    let moderate = matches!(r.o.test, Test::WriteBw | Test::SendBw) && depth >= 2 * CQ_MOD;
+    if !fill && matches!(r.o.test, Test::WriteBw | Test::SendBw) {
+        for q in 0..nq {
+            for k in 0..r.tx_slots {
+                let p = vec![0x7bu8; r.o.size as usize];
+                dv.write_mem(r.tslot(q, k), &p)?;
+            }
+        }
+    }
+    let mut wr = request(r, 0, 0, 0);
+    let t0 = droce_dpdk::rdtsc();
+    let mut last = Stall::new(r.o.timeout);
+    let total = iters * nq as u64;
+    let mut completed = 0u64;
+    while completed < total {
+        for q in 0..nq {
+            while posted[q] < iters && posted[q] - done[q] < depth {
+                let i = posted[q];
+                if fill {
+                    let p = r.payload(q, i);
+                    dv.write_mem(r.tslot(q, i), &p)?;
+                }
+                request_into(r, q, i, i, &mut wr);
+                if moderate && (i + 1) % CQ_MOD != 0 && i + 1 != iters {
+                    wr.flags = SendFlags(0);
+                }
+                dv.post_send_ref(r.qps[q].h, &wr)?;
+                posted[q] += 1;
+            }
+        }
+        if dv.progress() {
+            last.reset();
+        }
+        while let Some(wc) = dv.poll_cq(r.cq)? {
+            check_wc(r.side, &wc)?;
+            let (q, i) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+            if q >= nq || i < done[q] || (!moderate && i != done[q]) {
+                return Err(format!("completion out of order at client: QP {q} wr {i}, expected {}", done.get(q).copied().unwrap_or(0)));
+            }
+            if r.o.verify {
+                check_response(r, dv, q, i, i)?;
+            }
+            // with CQ moderation one completion stands for every earlier unsignaled WR
+            let n = i + 1 - done[q];
+            done[q] = i + 1;
+            let before = completed;
+            completed += n;
+            if completed / STAMP_STEP != before / STAMP_STEP {
+                stamps.push(droce_dpdk::rdtsc());
+            }
+            last.reset();
+        }
+        if last.expired() {
+            return Err(format!("timed out after {:?} at client: {completed} of {total} completions (peer gone?)", r.o.timeout));
+        }
+    }
+    let secs = tsc_secs(t0, droce_dpdk::rdtsc());
+    let stamps: Vec<f64> = stamps.iter().map(|&t| tsc_secs(t0, t)).collect();
+    Ok((report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs), secs))
+}
+
+pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
+    let nq = r.qps.len();
+    let iters = r.o.iters;
+    let mut got = vec![0u64; nq];
+    let total = iters * nq as u64;
+    let mut completed = 0u64;
+    let mut stamps = Vec::with_capacity((total as usize).min(1 << 24));
+    let mut t0 = None;
+    let mut last = Stall::new(r.o.timeout);
+    let off = if r.o.ud { GRH } else { 0 };
+    let mut rwr = RecvWr::new(0);
+    while completed < total {
+        if dv.progress() {
+            last.reset();
+        }
+        while let Some(wc) = dv.poll_cq(r.cq)? {
+            check_wc(r.side, &wc)?;
+            if wc.opcode != WcOpcode::Recv {
+                continue;
+            }
+            let t = *t0.get_or_insert_with(droce_dpdk::rdtsc);
+            let (q, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+            if wc.byte_len as u64 != r.o.size + off {
+                return Err(format!("server: received {} bytes, expected {}", wc.byte_len as u64 - off, r.o.size));
+            }
+            if r.o.verify {
+                r.check(dv, r.rslot(q, k) + off, q, got[q], "message")?;
+            }
+            got[q] += 1;
+            completed += 1;
+            post_recv_with(r, dv, q, k, &mut rwr)?;
+            if completed & (STAMP_STEP - 1) == 0 || completed == total {
+                stamps.push(tsc_secs(t, droce_dpdk::rdtsc()));
+            }
+            last.reset();
+        }
+        if last.expired() {
+            return Err(format!(
+                "timed out after {:?} at server: received {completed} of {total} messages (peer gone{})",
+                r.o.timeout,
+                if r.o.ud { " or UD messages lost" } else { "?" }
+            ));
+        }
+    }
+    let secs = stamps.last().copied().unwrap_or(0.0);
+    Ok(report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs))
+}
+
+pub(super) fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+    let nq = r.qps.len();
+    let off = if r.o.ud { GRH } else { 0 };
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    let mut got = vec![0u64; nq];
+    let mut sends_out = 0u64;
+    let data_fill = |r: &Run, dv: &mut Dev, q: usize, i: u64| -> R<()> {
+        if r.o.verify {
+            let p = r.payload(q, i);
+            dv.write_mem(r.tslot(q, i), &p)?;
+        }
+        Ok(())
+    };
+    // work requests reused (post_*_ref: no allocation per message); TSC time stamps
+    let (mut wr, mut rwr) = (request(r, 0, 0, 0), RecvWr::new(0));
+    let mut last = Stall::new(r.o.timeout);
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = droce_dpdk::rdtsc();
+        if client {
+            data_fill(r, dv, q, i)?;
+            request_into(r, q, i, 0, &mut wr);
+            dv.post_send_ref(r.qps[q].h, &wr)?;
+            sends_out += 1;
+        }
+        // wait for the receive of iteration i (and reap send completions on the way)
+        last.reset();
+        loop {
+            if dv.progress() {
+                last.reset();
+            }
+            let mut recvd = false;
+            while let Some(wc) = dv.poll_cq(r.cq)? {
+                check_wc(r.side, &wc)?;
+                last.reset();
+                if wc.opcode != WcOpcode::Recv {
+                    sends_out -= 1;
+                    continue;
+                }
+                let (wq, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
+                if r.o.verify {
+                    r.check(dv, r.rslot(wq, k) + off, wq, got[wq] * nq as u64 + wq as u64, "message")?;
+                }
+                got[wq] += 1;
+                post_recv_with(r, dv, wq, k, &mut rwr)?;
+                recvd = true;
+            }
+            if recvd {
+                break;
+            }
+            if last.expired() {
+                return Err(format!("timed out after {:?} at {} in iteration {i} (peer gone?)", r.o.timeout, r.side));
+            }
+        }
+        if !client {
+            data_fill(r, dv, q, i)?;
+            request_into(r, q, i, 0, &mut wr);
+            dv.post_send_ref(r.qps[q].h, &wr)?;
+            sends_out += 1;
+        } else {
+            samples.push(tsc_secs(t, droce_dpdk::rdtsc()) * 1e6 / 2.0);
+        }
+        while sends_out >= r.tx_slots {
+            let wc = dv.wait_wc(r.cq, r.o.timeout, "a send completion")?;
+            check_wc(r.side, &wc)?;
+            if wc.opcode == WcOpcode::Recv {
+                return Err(format!("{}: unexpected extra message", r.side));
+            }
+            sends_out -= 1;
+        }
+    }
+    drain_sends(r, dv, sends_out)?;
+    Ok(samples)
+}
+
+pub(super) fn drain_sends(r: &Run, dv: &mut Dev, mut n: u64) -> R<()> {
+    while n > 0 {
+        let wc = dv.wait_wc(r.cq, r.o.timeout, "the last send completions")?;
+        check_wc(r.side, &wc)?;
+        if wc.opcode != WcOpcode::Recv {
+            n -= 1;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread()?;
+    }
+    let nq = r.qps.len();
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    let mut out = 0u64;
+    let size = r.o.size as usize;
+    // one work request reused (post_send_ref: no allocation per message)
+    let mut wr = request(r, 0, 0, 0);
+    let post = |r: &Run, dv: &mut Dev, q: usize, i: u64, wr: &mut SendWr| -> R<()> {
+        if r.o.verify {
+            let p = r.payload(q, i);
+            dv.write_mem(r.tslot(q, 0), &p)?;
+        } else {
+            dv.write_mem(r.tslot(q, 0) + size as u64 - 1, &[marker(i)])?;
+        }
+        request_into(r, q, 0, 0, wr);
+        wr.wr_id = wrid(q, i);
+        dv.post_send_ref(r.qps[q].h, wr)
+    };
+    let mut last = Stall::new(r.o.timeout);
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = droce_dpdk::rdtsc();
+        if client {
+            post(r, dv, q, i, &mut wr)?;
+            out += 1;
+        }
+        // wait for the peer's WRITE i to land in our slot
+        let want = marker(i);
+        let at = r.rslot(q, 0) + size as u64 - 1;
+        last.reset();
+        let mut b = [0u8; 1];
+        loop {
+            if dv.progress() {
+                last.reset();
+            }
+            dv.read_mem(at, &mut b)?;
+            if b[0] == want {
+                break;
+            }
+            while let Some(wc) = dv.poll_cq(r.cq)? {
+                check_wc(r.side, &wc)?;
+                out -= 1;
+                last.reset();
+            }
+            if last.expired() {
+                return Err(format!("timed out after {:?} at {} waiting for WRITE {i} (peer gone?)", r.o.timeout, r.side));
+            }
+        }
+        if r.o.verify {
+            r.check(dv, r.rslot(q, 0), q, i, "WRITE")?;
+        }
+        if client {
+            samples.push(tsc_secs(t, droce_dpdk::rdtsc()) * 1e6 / 2.0);
+        } else {
+            post(r, dv, q, i, &mut wr)?;
+            out += 1;
+        }
+        while out >= 8 {
+            let wc = dv.wait_wc(r.cq, r.o.timeout, "a WRITE completion")?;
+            check_wc(r.side, &wc)?;
+            out -= 1;
+        }
+    }
+    drain_sends(r, dv, out)?;
+    if client {
+        // no closing exchange in write_lat: keep answering the peer's last WRITE for a moment
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(200) {
+            dv.progress();
+        }
+    }
+    Ok(samples)
+}
+
+pub(super) fn read_atomic_lat(r: &mut Run, dv: &mut Dev) -> R<Vec<f64>> {
+    if r.o.progress == Progress::Thread {
+        dv.start_thread()?;
+    }
+    let nq = r.qps.len();
+    let mut n = vec![0u64; nq];
+    let mut samples = Vec::with_capacity(r.o.iters as usize);
+    for i in 0..r.o.iters {
+        let q = (i % nq as u64) as usize;
+        let t = Instant::now();
+        let mut wr = request(r, q, i, n[q]);
+        if matches!(r.o.test, Test::ReadLat) {
+            wr.remote_addr = r.raddr(q, i);
+        }
+        dv.post_send(r.qps[q].h, wr)?;
+        let wc = dv.wait_wc(r.cq, r.o.timeout, "a READ/atomic completion")?;
+        check_wc(r.side, &wc)?;
+        samples.push(t.elapsed().as_secs_f64() * 1e6);
+        if r.o.verify {
+            check_response(r, dv, q, i, n[q])?;
+        }
+        n[q] += 1;
+    }
+    Ok(samples)
+}
+
+/// Server-side checks after the client's test: the WRITE targets hold the last message of
+/// each slot; atomic targets hold the number of operations.
+pub(super) fn verify_server(r: &Run, dv: &mut Dev, iters: u64, lat: bool) -> R<()> {
+    let nq = r.qps.len() as u64;
+    for q in 0..r.qps.len() {
+        match r.o.test {
+            Test::WriteBw => {
+                for k in 0..r.nslots.min(iters) {
+                    let last = k + (iters - 1 - k) / r.nslots * r.nslots;
+                    r.check(dv, r.rslot(q, k), q, last, "WRITE")?;
+                }
+            }
+            Test::AtomicBw | Test::AtomicLat => {
+                let ops = if lat { iters / nq + u64::from((q as u64) < iters % nq) } else { iters };
+                let mut v = [0u8; 8];
+                dv.read_mem(r.rslot(q, 0), &mut v)?;
+                let got = u64::from_ne_bytes(v);
+                if got != ops {
+                    return Err(format!("verify failed at server: atomic target of QP {q} is {got}, expected {ops}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    println!(" Data check at server: OK");
+    Ok(())
+}
