@@ -92,7 +92,7 @@ impl App {
             Source::File(f) => println!("droce-pmd: configuration from {f}"),
             Source::Args => {}
         }
-        let (res, log) = crate::capture::capture_stdio(|| Eal::init(&cl.eal));
+        let (res, log) = crate::capture::capture_stdio(|| droce_dpdk::runtime::start_eal(&cl.eal, false));
         let eal = match res {
             Ok(eal) => {
                 print!("{log}");

@@ -6,7 +6,7 @@
 //! over the forwarding lcores, and each lcore polls its streams until `stop`; the stream trait
 //! is the whole contract between the runner and a mode (`poll` one burst, report counters).
 //!
-//! # Adding modes (the RDMA tests of the next issue)
+//! # Adding modes (as the RDMA tests were added)
 //! The perftest-style tests (`send_lat`, `send_bw`, `write_lat`, `write_bw`, `read_lat`,
 //! `read_bw`, `atomic_lat`, `atomic_bw`) slot in as further rows with a new family, e.g.
 //! `Family::Rdma(RdmaTest::SendLat)`: their streams own a transport device (sans-IO, driven

@@ -188,7 +188,7 @@ fn ucp_tag_lat_over_droce_ud_only_survives_frame_loss() {
 /// contents checked (tests/ucx/flood.c). UCP carries them as active messages on droce_ud: every
 /// send slot of both ends fills with unacknowledged datagrams, and only a retransmission can
 /// carry the acknowledgement the other side waits for. A retransmission that carried its stale
-/// header made both ends wait out UD_FAIL_AFTER (endpoint timeout, then a UCP abort).
+/// header made both ends wait out the reliable-UD give-up time (`Config::fail_after`: endpoint timeout, then a UCP abort).
 #[test]
 fn mpich_bidirectional_flood_over_droce_ud() {
     if !tools() || !have("mpicc.mpich") || !have("mpiexec.mpich") {

@@ -23,7 +23,7 @@ fn main() {
 }
 
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let eal = Eal::init(args)?;
+    let eal = droce_dpdk::runtime::start_eal(args, false)?;
     let app = eal.app_args().to_vec();
     let usage = "app args: txonly|rxonly|io|ping SECONDS [PKT_SIZE=64] [BURST=32]";
     let mode = app.first().ok_or(usage)?.clone();

@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         format!("--vdev=net_memif0,role=server,socket={},socket-abstract=no", sock.display()),
         format!("--vdev=net_memif1,role=client,socket={},socket-abstract=no", sock.display()),
     ];
-    let eal = Eal::init(&eal_args)?;
+    let eal = droce_dpdk::runtime::start_eal(&eal_args, false)?;
     let mtu = match std::env::var("ROCE_BW_MTU").ok().as_deref() {
         None | Some("1024") => PathMtu::Mtu1024,
         Some("4096") => PathMtu::Mtu4096,

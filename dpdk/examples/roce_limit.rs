@@ -42,7 +42,7 @@ fn main() {
 }
 
 fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let eal = Eal::init(args)?;
+    let eal = droce_dpdk::runtime::start_eal(args, false)?;
     let app = eal.app_args().to_vec();
     let usage = "app args: tx|rx SECONDS MTU [BURST=32] [BUF_KIB=8192]";
     let mode = app.first().ok_or(usage)?.clone();

@@ -46,7 +46,7 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     cfg.port_index = o.port_index;
     cfg.eth_mtu = (o.mtu == Some(4096)).then_some(9000);
     cfg.auto_jumbo = false;
-    cfg.library_stdio = false;
+    cfg.embedded = false;
     cfg.hold_acks = false;
     cfg.mbufs = 16383;
     cfg.link_wait = Some(o.timeout);

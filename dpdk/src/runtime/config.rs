@@ -58,10 +58,12 @@ pub struct RuntimeConfig {
     /// memif ports whose buffers hold a jumbo frame). Default yes; the CLI, whose `--mtu`
     /// decides, says no.
     pub auto_jumbo: bool,
-    /// The application's stdout is not EAL's: EAL's log goes to (a copy of) stderr and its
-    /// usage text is kept off stdout. Default yes (libraries inside MPI programs, fabtests);
-    /// the CLI says no and captures EAL's output itself to explain a failed start.
-    pub library_stdio: bool,
+    /// droce lives inside someone else's program (a library under MPI, fabtests): EAL's log
+    /// goes to (a copy of) stderr, its usage text is kept off stdout, and the calling thread's
+    /// CPU affinity is restored after EAL pinned it to the main lcore. Default yes; the CLI
+    /// says no (its thread stays on its `-l` lcore, and it captures EAL's output itself to
+    /// explain a failed start). See [`start_eal`].
+    pub embedded: bool,
     /// Wait this long at open for the port's link to come up, and fail if it does not (the
     /// CLI: its tests start right after). `None` (default): only a memif client waits.
     pub link_wait: Option<Duration>,
@@ -369,7 +371,7 @@ impl RuntimeConfig {
             source: "conf text".into(),
             link: None,
             auto_jumbo: true,
-            library_stdio: true,
+            embedded: true,
             link_wait: None,
         }
     }

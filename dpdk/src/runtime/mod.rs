@@ -206,24 +206,30 @@ fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
         .unwrap_or(2048)
 }
 
+/// The one place droce starts EAL (`args[0]` is the program name). `embedded` (droce inside
+/// someone else's program, [`RuntimeConfig::embedded`]): EAL's log goes to a copy of stderr,
+/// its usage text is kept off stdout (fi_pingpong's and MPI programs' output must not get it),
+/// and the calling thread's CPU affinity is restored afterwards (EAL pins it to the main lcore;
+/// the application's threads, and every MPI rank on the machine, would otherwise all land on
+/// that one CPU). Not embedded (droce-pmd): the caller's stdio and EAL's pinning as they are.
+pub fn start_eal(args: &[String], embedded: bool) -> Result<Eal, crate::Error> {
+    if !embedded {
+        return Eal::init(args);
+    }
+    let saved = sys::get_affinity();
+    sys::eal_log_to_stderr();
+    let res = sys::stdout_to_stderr(|| Eal::init(args));
+    if let Some(set) = &saved {
+        sys::set_affinity(set);
+    }
+    res
+}
+
 impl Runtime {
     /// Brings droce up in this process. EAL can be initialised once per process: a second
     /// `open` (or one after a failed EAL init that got past argument parsing) fails.
     pub fn open(cfg: RuntimeConfig) -> Result<Runtime, RuntimeError> {
-        let saved = sys::get_affinity();
-        let res = if cfg.library_stdio {
-            sys::eal_log_to_stderr();
-            // rte_eal_init prints its usage text to stdout on a bad argument: the application's
-            // output (fi_pingpong, MPI programs) must not get it
-            sys::stdout_to_stderr(|| Eal::init(&cfg.eal_args))
-        } else {
-            Eal::init(&cfg.eal_args)
-        };
-        // EAL pins the calling thread to the main lcore; the application's threads (and every
-        // MPI rank on the machine) would otherwise all land on that one CPU
-        if let Some(set) = &saved {
-            sys::set_affinity(set);
-        }
+        let res = start_eal(&cfg.eal_args, cfg.embedded);
         let eal = res.map_err(|e| RuntimeError::Eal(format!("{e} ({}; EAL args: {})", cfg.source, cfg.eal_args[1..].join(" "))))?;
         let eal = ExitEal(Some(eal));
         sys::remove_empty_runtime_dir();
