@@ -230,18 +230,10 @@ impl Engine {
     }
 }
 
-/// The sender of a UD receive from its GRH area (IPv4: the IP header in the last 20 bytes,
-/// as rxe writes it; IPv6: the whole 40 bytes).
+/// The sender of a UD receive from its GRH area (the transport reads it: IPv4 in the last 20
+/// bytes, as rxe writes it; IPv6 the whole 40), as the provider names addresses.
 pub fn grh_source(grh: &[u8; 40]) -> Option<IpAddr> {
-    if grh[0] >> 4 == 6 {
-        let mut a = [0u8; 16];
-        a.copy_from_slice(&grh[8..24]);
-        Some(addr::canon(IpAddr::from(a)))
-    } else if grh[20] >> 4 == 4 {
-        Some(IpAddr::from([grh[32], grh[33], grh[34], grh[35]]))
-    } else {
-        None
-    }
+    droce_transport::ud::grh_source(grh).map(|g| addr::canon(IpAddr::V6(g.to_ipv6())))
 }
 
 #[cfg(test)]

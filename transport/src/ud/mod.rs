@@ -10,13 +10,28 @@ use crate::memory::Memory;
 use crate::qp::Qp;
 use crate::slab::Slab;
 use crate::status::{WcOpcode, WcStatus};
-use crate::types::{QKey, Qpn};
+use crate::types::{Gid, QKey, Qpn};
 use crate::verbs::{SendOpcode, SharedReceiveQueue, SrqHandle, WcFlags, WorkCompletion};
 use crate::wire::opcode::Opcode;
-use crate::wire::DethRepr;
+use crate::wire::{DethRepr, Ipv4Packet, Ipv6Packet};
 
 /// Bytes of GRH a UD receive buffer starts with (IBA 11.4.1.2, ibv_post_recv on UD QPs).
 pub const GRH_LEN: usize = 40;
+
+/// The sender's GID from the GRH area of a UD receive (IBA 11.4.1.2; RoCEv2 per A17.4.5.1:
+/// IPv4 puts the IP header in the last 20 bytes, IPv6 fills all 40).
+pub fn grh_source(grh: &[u8]) -> Option<Gid> {
+    let grh = grh.get(..GRH_LEN)?;
+    let v6 = Ipv6Packet::new_unchecked(grh);
+    let v4 = Ipv4Packet::new_unchecked(&grh[GRH_LEN - 20..]);
+    if v6.version() == 6 {
+        Some(Gid::from_ipv6(v6.src_addr()))
+    } else if v4.version() == 4 {
+        Some(Gid::from_ipv4(v4.src_addr()))
+    } else {
+        None
+    }
+}
 
 /// The Q_Key a UD send carries: C10-15 — a work request Q_Key with the high bit set means
 /// "use the QP's own Q_Key" (so that applications cannot forge controlled Q_Keys).
@@ -125,6 +140,23 @@ pub(crate) fn receive<M: Memory>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn grh_sources() {
+        let mut g = [0u8; GRH_LEN];
+        g[20] = 0x45;
+        g[32..36].copy_from_slice(&[192, 168, 77, 10]);
+        assert_eq!(grh_source(&g), Some(Gid::from_ipv4(Ipv4Addr::new(192, 168, 77, 10))));
+        let mut g = [0u8; GRH_LEN];
+        g[0] = 0x60;
+        let a: Ipv6Addr = "fd00::1".parse().unwrap();
+        g[8..24].copy_from_slice(&a.octets());
+        assert_eq!(grh_source(&g), Some(Gid::from_ipv6(a)));
+        assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
+        assert_eq!(grh_source(&[0x60; GRH_LEN - 1]), None, "short GRH area");
+    }
+
 
     #[test]
     fn controlled_qkey_rule() {

@@ -175,22 +175,9 @@ impl Iface {
     }
 }
 
-/// The source GID of a UD receive's 40-byte GRH area: an IPv6 header, or (RoCEv2 over IPv4,
-/// as rxe lays it out) an IPv4 header in its last 20 bytes.
+/// The sender's GID from the GRH area of a UD receive (read by the transport).
 fn grh_source(grh: &[u8]) -> Option<[u8; 16]> {
-    if grh.len() < GRH {
-        return None;
-    }
-    if grh[0] >> 4 == 6 {
-        let mut a = [0u8; 16];
-        a.copy_from_slice(&grh[8..24]);
-        Some(a)
-    } else if grh[20] >> 4 == 4 {
-        let s = &grh[32..36];
-        Some(Gid::from_ipv4(std::net::Ipv4Addr::new(s[0], s[1], s[2], s[3])).0)
-    } else {
-        None
-    }
+    droce_transport::ud::grh_source(grh).map(|g| g.0)
 }
 
 #[cfg(test)]

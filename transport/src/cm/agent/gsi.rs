@@ -12,9 +12,8 @@ use crate::memory::Memory;
 use crate::qp::{QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use crate::status::{WcOpcode, WcStatus};
 use crate::types::{Gid, Psn, QKey, Qpn};
-use crate::ud::GRH_LEN;
+use crate::ud::{grh_source, GRH_LEN};
 use crate::verbs::{AccessFlags, AddressVector, CqHandle, MemoryRegion, PdHandle, RecvWr, SendOpcode, SendWr, Sge, UdDest};
-use crate::wire::{Ipv4Packet, Ipv6Packet};
 use crate::Device;
 
 /// Receive and send MAD slots of QP1.
@@ -225,40 +224,12 @@ pub(super) fn is_link_local(g: &Gid) -> bool {
     g.to_ipv6().segments()[0] == 0xfe80
 }
 
-/// The sender's GID from the GRH area of a UD receive (IBA 11.4.1.2; RoCEv2 per A17.4.5.1:
-/// IPv4 puts the IP header in the last 20 bytes, IPv6 fills all 40).
-fn grh_source(grh: &[u8]) -> Option<Gid> {
-    let grh = grh.get(..GRH_LEN)?;
-    let v6 = Ipv6Packet::new_unchecked(grh);
-    let v4 = Ipv4Packet::new_unchecked(&grh[GRH_LEN - 20..]);
-    if v6.version() == 6 {
-        Some(Gid::from_ipv6(v6.src_addr()))
-    } else if v4.version() == 4 {
-        Some(Gid::from_ipv4(v4.src_addr()))
-    } else {
-        None
-    }
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::Ipv4Addr;
 
-    #[test]
-    fn grh_sources() {
-        let mut g = [0u8; GRH_LEN];
-        g[20] = 0x45;
-        g[32..36].copy_from_slice(&[192, 168, 77, 10]);
-        assert_eq!(grh_source(&g), Some(Gid::from_ipv4(Ipv4Addr::new(192, 168, 77, 10))));
-        let mut g = [0u8; GRH_LEN];
-        g[0] = 0x60;
-        let a: Ipv6Addr = "fd00::1".parse().unwrap();
-        g[8..24].copy_from_slice(&a.octets());
-        assert_eq!(grh_source(&g), Some(Gid::from_ipv6(a)));
-        assert_eq!(grh_source(&[0u8; GRH_LEN]), None);
-        assert_eq!(grh_source(&[0x60; GRH_LEN - 1]), None, "short GRH area");
-    }
 
     #[test]
     fn send_gid_by_family() {
