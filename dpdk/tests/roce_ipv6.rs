@@ -71,10 +71,10 @@ fn ipv6_gids_nd_rc_ud() {
     // ND: a solicited both of b's addresses, b answered and learned a's from the NS
     let ca = a.counters().clone();
     let cb = b.counters().clone();
-    assert_eq!((ca.nd_solicits_tx, ca.nd_adverts_rx), (2, 2), "{ca:?}");
-    assert_eq!((cb.nd_solicits_rx, cb.nd_adverts_tx), (2, 2), "{cb:?}");
-    assert_eq!(cb.nd_solicits_tx, 0);
-    assert_eq!(ca.arp_requests_tx, 0);
+    assert_eq!((ca.neigh.nd_solicits_tx, ca.neigh.nd_adverts_rx), (2, 2), "{ca:?}");
+    assert_eq!((cb.neigh.nd_solicits_rx, cb.neigh.nd_adverts_tx), (2, 2), "{cb:?}");
+    assert_eq!(cb.neigh.nd_solicits_tx, 0);
+    assert_eq!(ca.neigh.arp_requests_tx, 0);
     let na: Vec<_> = a.neighbours().into_iter().map(|(ip, m, _)| (ip, m)).collect();
     assert!(na.contains(&(IpAddr::V6(v6b), b.mac())) && na.contains(&(IpAddr::V6(llb), b.mac())), "{na:?}");
     let nb: Vec<_> = b.neighbours().into_iter().map(|(ip, m, _)| (ip, m)).collect();
@@ -93,7 +93,7 @@ fn ipv6_gids_nd_rc_ud() {
     let r = wait_wc(&mut a, &mut b, 0, ra.cq, T);
     assert_eq!((r.status, r.byte_len), (WcStatus::Success, 940));
     assert_eq!(read(&a, ra.base + 0x30000 + 40, 900), pattern(5, 900));
-    assert_eq!(b.counters().nd_solicits_tx, 0, "b learned a's addresses from the solicitations");
+    assert_eq!(b.counters().neigh.nd_solicits_tx, 0, "b learned a's addresses from the solicitations");
 
     drop((a, b));
     let bytes = std::fs::read(&pcap).unwrap();

@@ -85,7 +85,7 @@ fn arp_and_nd_with_the_linux_kernel() {
     s6.send_to(b"hello", (me6, 9)).unwrap();
     poll_until(&mut dev, "kernel's ARP request and NS answered, datagrams received", |d| {
         let c = d.counters();
-        c.arp_replies_tx >= 1 && c.nd_adverts_tx >= 1 && c.non_roce_drops >= 2
+        c.neigh.arp_replies_tx >= 1 && c.neigh.nd_adverts_tx >= 1 && c.non_roce_drops >= 2
     });
     let n4 = ip_out(&["neigh", "show", "to", "10.5.0.2", "dev", "dk0"]);
     assert!(n4.contains(&my_mac) && !n4.contains("FAILED") && !n4.contains("INCOMPLETE"), "kernel ARP entry: {n4:?}");
@@ -116,8 +116,8 @@ fn arp_and_nd_with_the_linux_kernel() {
         n.contains(&(IpAddr::V4(k4), kernel_mac, false)) && n.contains(&(IpAddr::V6(k6), kernel_mac, false))
     });
     let c = dev.counters().clone();
-    assert_eq!((c.arp_requests_tx, c.nd_solicits_tx), (1, 1), "{c:?}");
-    assert!(c.arp_replies_rx >= 1 && c.nd_adverts_rx >= 1, "{c:?}");
+    assert_eq!((c.neigh.arp_requests_tx, c.neigh.nd_solicits_tx), (1, 1), "{c:?}");
+    assert!(c.neigh.arp_replies_rx >= 1 && c.neigh.nd_adverts_rx >= 1, "{c:?}");
     poll_until(&mut dev, "both UD sends left", |d| d.device().counters().sent_pkts >= 2);
     drop(dev);
     drop(buf);

@@ -44,9 +44,9 @@ fn static_entries_and_unresolvable_peer() {
     a.device_mut().post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(ra.base, 2000, ra.mr.lkey)).unwrap();
     assert_eq!(wait_wc(&mut a, &mut b, 0, ra.cq, T).status, WcStatus::Success);
     assert_eq!(wait_wc(&mut a, &mut b, 1, rb.cq, T).status, WcStatus::Success);
-    assert_eq!(a.counters().arp_requests_tx, 0, "static entry: no ARP");
-    assert_eq!(b.counters().arp_requests_tx, 1, "b resolves a (for the ACK)");
-    assert_eq!(a.counters().arp_replies_tx, 1);
+    assert_eq!(a.counters().neigh.arp_requests_tx, 0, "static entry: no ARP");
+    assert_eq!(b.counters().neigh.arp_requests_tx, 1, "b resolves a (for the ACK)");
+    assert_eq!(a.counters().neigh.arp_replies_tx, 1);
     // b's reply did not replace a's static entry
     assert_eq!(a.neighbours(), vec![(IpAddr::V4(ipb), mac_b, true)]);
 
@@ -85,11 +85,11 @@ fn static_entries_and_unresolvable_peer() {
     let c = a.counters();
     // one round is max_tries (3) requests; frames retransmitted after a round gave up start
     // another round (as Linux resolves again for new packets)
-    assert!(c.arp_requests_tx >= 3, "{c:?}");
-    assert!(c.neigh_queue_full > 0, "retransmissions overflowed the 8-frame hold queue: {c:?}");
-    assert!(c.neigh_unresolved_drops > 0, "{c:?}");
-    assert_eq!(b.counters().arp_requests_rx, c.arp_requests_tx, "b saw the broadcasts");
-    assert_eq!(b.counters().arp_replies_tx, 0, "and answered none: not its address");
+    assert!(c.neigh.arp_requests_tx >= 3, "{c:?}");
+    assert!(c.neigh.queue_full > 0, "retransmissions overflowed the 8-frame hold queue: {c:?}");
+    assert!(c.neigh.unresolved_drops > 0, "{c:?}");
+    assert_eq!(b.counters().neigh.arp_requests_rx, c.neigh.arp_requests_tx, "b saw the broadcasts");
+    assert_eq!(b.counters().neigh.arp_replies_tx, 0, "and answered none: not its address");
     // the healthy QP is unaffected
     b.device_mut().post_recv(qb, RecvWr::new(2).with_sge(rb.base, 4096, rb.mr.lkey)).unwrap();
     a.device_mut().post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(ra.base, 100, ra.mr.lkey)).unwrap();

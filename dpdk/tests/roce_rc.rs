@@ -70,11 +70,11 @@ fn rc_ud_arp_flood_pcap_manual_progress() {
     let ea = a.neighbours();
     assert_eq!(ea, vec![(IpAddr::V4(ipb), b.mac(), false)]);
     assert_eq!(b.neighbours(), vec![(IpAddr::V4(ipa), a.mac(), false)]);
-    assert_eq!(a.counters().arp_requests_tx, 1);
-    assert_eq!(b.counters().arp_requests_rx, 1);
-    assert_eq!(b.counters().arp_replies_tx, 1);
-    assert_eq!(a.counters().arp_replies_rx, 1);
-    assert_eq!(b.counters().arp_requests_tx, 0, "b needed no ARP of its own");
+    assert_eq!(a.counters().neigh.arp_requests_tx, 1);
+    assert_eq!(b.counters().neigh.arp_requests_rx, 1);
+    assert_eq!(b.counters().neigh.arp_replies_tx, 1);
+    assert_eq!(a.counters().neigh.arp_replies_rx, 1);
+    assert_eq!(b.counters().neigh.arp_requests_tx, 0, "b needed no ARP of its own");
 
     // WRITE, READ back, atomics
     for (i, &len) in [8usize, 1500, 65536].iter().enumerate() {

@@ -101,20 +101,9 @@ impl RoceDevice {
         self.sync_neigh_counters();
     }
 
-    /// The protocol's counters into the engine's (the names `show roce stats` has always shown).
+    /// The protocol's counters into the engine's.
     fn sync_neigh_counters(&mut self) {
-        let n = *self.neigh.counters();
-        let c = &mut self.counters;
-        c.arp_requests_rx = n.arp_requests_rx;
-        c.arp_replies_rx = n.arp_replies_rx;
-        c.arp_requests_tx = n.arp_requests_tx;
-        c.arp_replies_tx = n.arp_replies_tx;
-        c.nd_solicits_rx = n.nd_solicits_rx;
-        c.nd_adverts_rx = n.nd_adverts_rx;
-        c.nd_solicits_tx = n.nd_solicits_tx;
-        c.nd_adverts_tx = n.nd_adverts_tx;
-        c.neigh_unresolved_drops = n.unresolved_drops;
-        c.neigh_queue_full = n.queue_full;
+        self.counters.neigh = *self.neigh.counters();
     }
 }
 

@@ -1,6 +1,7 @@
 //! Counters of the RoCE device: the engine's own, and the `show roce stats` block that puts
 //! them beside the port's and the transport's.
 
+use super::neigh::NeighCounters;
 use super::*;
 
 /// Counters of the engine itself (the transport and the port have their own).
@@ -9,24 +10,14 @@ pub struct EngineCounters {
     pub rx_frames: u64,
     pub rx_roce: u64,
     pub tx_roce: u64,
-    pub arp_requests_rx: u64,
-    pub arp_replies_rx: u64,
-    pub arp_requests_tx: u64,
-    pub arp_replies_tx: u64,
-    pub nd_solicits_rx: u64,
-    pub nd_adverts_rx: u64,
-    pub nd_solicits_tx: u64,
-    pub nd_adverts_tx: u64,
+    /// ARP and ND, as the transport's neighbour resolution counts them.
+    pub neigh: NeighCounters,
     /// Frames that are neither RoCEv2, ARP nor ND (dropped).
     pub non_roce_drops: u64,
     /// Frames shorter than their headers claim (dropped).
     pub truncated: u64,
     /// IPv4 header checksum errors (dropped).
     pub bad_ip_cksum: u64,
-    /// Frames dropped because their destination never resolved.
-    pub neigh_unresolved_drops: u64,
-    /// Frames dropped because the per-destination hold queue was full.
-    pub neigh_queue_full: u64,
     /// Frames from the transport with no usable IP destination (dropped).
     pub tx_no_route: u64,
     /// Mbuf allocation failures.
@@ -43,19 +34,19 @@ impl EngineCounters {
             ("rx_frames", self.rx_frames),
             ("rx_roce", self.rx_roce),
             ("tx_roce", self.tx_roce),
-            ("arp_requests_rx", self.arp_requests_rx),
-            ("arp_replies_rx", self.arp_replies_rx),
-            ("arp_requests_tx", self.arp_requests_tx),
-            ("arp_replies_tx", self.arp_replies_tx),
-            ("nd_solicits_rx", self.nd_solicits_rx),
-            ("nd_adverts_rx", self.nd_adverts_rx),
-            ("nd_solicits_tx", self.nd_solicits_tx),
-            ("nd_adverts_tx", self.nd_adverts_tx),
+            ("arp_requests_rx", self.neigh.arp_requests_rx),
+            ("arp_replies_rx", self.neigh.arp_replies_rx),
+            ("arp_requests_tx", self.neigh.arp_requests_tx),
+            ("arp_replies_tx", self.neigh.arp_replies_tx),
+            ("nd_solicits_rx", self.neigh.nd_solicits_rx),
+            ("nd_adverts_rx", self.neigh.nd_adverts_rx),
+            ("nd_solicits_tx", self.neigh.nd_solicits_tx),
+            ("nd_adverts_tx", self.neigh.nd_adverts_tx),
             ("non_roce_drops", self.non_roce_drops),
             ("truncated", self.truncated),
             ("bad_ip_cksum", self.bad_ip_cksum),
-            ("neigh_unresolved_drops", self.neigh_unresolved_drops),
-            ("neigh_queue_full", self.neigh_queue_full),
+            ("neigh_unresolved_drops", self.neigh.unresolved_drops),
+            ("neigh_queue_full", self.neigh.queue_full),
             ("tx_no_route", self.tx_no_route),
             ("tx_nombuf", self.tx_nombuf),
             ("pcap_frames", self.pcap_frames),
