@@ -278,19 +278,17 @@ pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> 
         }
     }
     drain_sends(r, dv, out)?;
-    if client {
-        // No closing exchange in write_lat (ib_write_lat has none: both sides just exit), so
-        // the server's last WRITE is acknowledged only while the client still polls. If that
-        // ACK is lost, the server resends the WRITE one local ACK timeout later (4.096 us x
-        // 2^-u, the same -u on both sides as perftest's users give it): stay for two of them
-        // (a lost resend's ACK too), at least 200 ms. Leaving after 200 ms ended the server in
-        // RETRY_EXC_ERR whenever the last ACK was lost with -u 17 (0.54 s per timeout).
-        let ack_timeout = Duration::from_nanos(4096u64 << r.o.qp_timeout.min(31));
-        let linger = (ack_timeout * 5 / 2).max(Duration::from_millis(200));
-        let t = Instant::now();
-        while t.elapsed() < linger {
-            dv.progress();
-        }
+    // No closing exchange in write_lat (ib_write_lat has none: both sides just exit), so the
+    // peer's last WRITE is acknowledged only while this side still polls. If that ACK is lost,
+    // the peer resends its WRITE one local ACK timeout later (4.096 us x 2^-u, the same -u on
+    // both sides as perftest's users give it): stay for two of them (a lost resend's ACK too),
+    // at least 200 ms. The client left after 200 ms and the server at once: with -u 17 (0.54 s
+    // per timeout) the other side ended in RETRY_EXC_ERR whenever that last ACK was lost.
+    let ack_timeout = Duration::from_nanos(4096u64 << r.o.qp_timeout.min(31));
+    let linger = (ack_timeout * 5 / 2).max(Duration::from_millis(200));
+    let t = Instant::now();
+    while t.elapsed() < linger {
+        dv.progress();
     }
     Ok(samples)
 }
