@@ -54,7 +54,7 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     if let Some(f) = &o.faults {
         cfg.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
     }
-    cfg.source = "droce-pmd command line".into();
+    cfg.source = "from the command line".into();
     let (res, log) = crate::capture::capture_stdio(|| Runtime::open(cfg));
     let rt = match res {
         Ok(rt) => rt,
