@@ -427,9 +427,9 @@ impl Runtime {
 
     /// Stops and closes the port and ends EAL without `rte_eal_cleanup`, for a process about to
     /// exit (the CLI at the end of a run): DPDK's interrupt thread is parked first
-    /// ([`Port::close_at_exit`]). The runtime is unusable afterwards.
+    /// ([`Port::close_at_exit`]). The runtime is unusable afterwards. A pcap capture is the
+    /// caller's to flush first ([`Runtime::flush_pcap`]), before it prints the counters.
     pub fn close_for_exit(&mut self) {
-        self.dev.flush_pcap();
         drop(self._port.0.take().map(|p| p.close_at_exit()));
         if let Some(e) = self._eal.0.take() {
             e.release_for_exit();

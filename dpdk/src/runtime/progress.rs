@@ -25,22 +25,20 @@ pub fn global() -> Result<&'static Mutex<Runtime>, RuntimeError> {
             sys::at_exit(stop_threads);
             let host = Runtime::open(cfg)?;
             let m: &'static Mutex<Runtime> = Box::leak(Box::new(Mutex::new(host)));
-            // the progress thread needs GLOBAL set: it is started right after this closure
             if watchdog {
                 std::thread::Builder::new()
                     .name("droce-acks".into())
                     .spawn(move || ack_watchdog(m))
                     .map_err(|e| RuntimeError::Device(format!("ACK watchdog thread: {e}")))?;
             }
+            if thread {
+                // its rounds find GLOBAL set once this closure returns
+                start_progress_thread(None);
+            }
             Ok((m, thread))
         })
         .clone()
-        .map(|(m, thread)| {
-            if thread {
-                start_progress_thread(None);
-            }
-            m
-        })
+        .map(|(m, _)| m)
 }
 
 /// Makes `rt` (opened by the caller, e.g. the CLI from its arguments) the process-wide runtime
