@@ -81,10 +81,10 @@ impl BottleneckConfig {
     }
 }
 
-/// Counters of a port. `enqueued = dequeued + queued frames`; drops are not enqueued.
+/// Counters of a port. Conservation: `enqueued = dequeued + dropped + frames queued now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BottleneckStats {
-    /// Frames accepted into the queue.
+    /// Frames offered to the port (`enqueue` calls), dropped ones included.
     pub enqueued: u64,
     /// Frames refused because the queue was full.
     pub dropped: u64,
@@ -143,6 +143,7 @@ impl<T: AsMut<[u8]>> Bottleneck<T> {
     pub fn enqueue(&mut self, now: Instant, mut frame: T) -> Result<(), T> {
         let len = frame.as_mut().len();
         let q = self.stats.queue_bytes;
+        self.stats.enqueued += 1;
         if q.saturating_add(len) > self.cfg.queue_bytes {
             self.stats.dropped += 1;
             return Err(frame);
@@ -151,7 +152,6 @@ impl<T: AsMut<[u8]>> Bottleneck<T> {
             self.stats.marked += 1;
         }
         self.queue.push_back(Queued { frame, len, arrived: now });
-        self.stats.enqueued += 1;
         self.stats.queue_bytes = q + len;
         self.stats.max_queue_bytes = self.stats.max_queue_bytes.max(self.stats.queue_bytes);
         Ok(())
@@ -455,12 +455,12 @@ mod tests {
         let small = b.enqueue(Instant(0), vec![0; 1]);
         assert!(small.is_err(), "3000 + 1 > 3000");
         let s = b.stats();
-        assert_eq!((s.enqueued, s.dropped, s.queue_bytes, s.max_queue_bytes), (3, 2, 3000, 3000));
+        assert_eq!((s.enqueued, s.dropped, s.queue_bytes, s.max_queue_bytes), (5, 2, 3000, 3000));
         // Room again once the head has left.
         assert!(b.dequeue(Instant(800)).is_some());
         b.enqueue(Instant(800), vec![0; 1000]).unwrap();
         let s = b.stats();
-        assert_eq!(s.enqueued, s.dequeued + b.len() as u64);
+        assert_eq!(s.enqueued, s.dequeued + s.dropped + b.len() as u64);
         assert_eq!(s.queue_bytes, 3000);
     }
 
