@@ -228,10 +228,9 @@ pub fn set_ce(frame: &mut [u8]) -> bool {
             }
             if ecn != ECN_CE {
                 // RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m'), over the 16-bit word TOS sits in.
-                let old = u16::from_be_bytes([ip.version() << 4 | ip.header_len() / 4, ip.dscp() << 2 | ecn]);
+                let old = u16::from_be_bytes([(ip.version() << 4) | (ip.header_len() / 4), (ip.dscp() << 2) | ecn]);
                 let new = old | ECN_CE as u16;
-                let sum = (!ip.checksum()) as u32 + (!old) as u32 + new as u32;
-                let mut s = sum;
+                let mut s = (!ip.checksum()) as u32 + (!old) as u32 + new as u32;
                 while s >> 16 != 0 {
                     s = (s & 0xffff) + (s >> 16);
                 }
