@@ -1,6 +1,9 @@
 //! Incast through a simulated switch port, with and without congestion control.
 //!
 //! `cargo run --release -p droce-transport --example incast -- [--senders 2|8] [--cc on|off] [--ms 200]`
+//! (also `--switch rate=10g,kmin=40k,kmax=160k,pmax=0.2,queue=640k`: the switch ports, in
+//! the bottleneck's text form; without `queue=` the buffer is 4 x Kmax. And `--warmup MS`,
+//! `--size BYTES`, `--outstanding K`, `--seed S`.)
 //!
 //! N senders each stream 64 KiB RDMA WRITEs (8 outstanding) to one receiver through the
 //! fabric of `FabricConfig::incast`: 10 Gb/s hosts, 2 us cables (base RTT about 10 us), a
@@ -17,6 +20,7 @@
 //! packets (the senders' `retransmitted_pkts` counters).
 
 use droce_transport::sim::fabric::{Fabric, FabricConfig, StreamOp, StreamSpec};
+use droce_transport::bottleneck::BottleneckConfig;
 use droce_transport::sim::RcOpts;
 use droce_transport::{DeviceConfig, Duration, Instant};
 
@@ -31,16 +35,17 @@ struct Args {
     size: usize,
     outstanding: usize,
     seed: u64,
+    switch: BottleneckConfig,
 }
 
 fn usage(why: &str) -> ! {
     eprintln!("incast: {why}");
-    eprintln!("usage: incast [--senders N] [--cc on|off] [--ms MS] [--warmup MS] [--size BYTES] [--outstanding K] [--seed S]");
+    eprintln!("usage: incast [--senders N] [--cc on|off] [--ms MS] [--warmup MS] [--size BYTES] [--outstanding K] [--seed S] [--switch rate=..,queue=..,kmin=..,kmax=..,pmax=..]");
     std::process::exit(2)
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { senders: vec![2, 8], cc: vec![false, true], ms: 200, warmup_ms: None, size: 64 << 10, outstanding: 8, seed: 1 };
+    let mut a = Args { senders: vec![2, 8], cc: vec![false, true], ms: 200, warmup_ms: None, size: 64 << 10, outstanding: 8, seed: 1, switch: FabricConfig::incast(1).switch };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().unwrap_or_else(|| usage(&format!("{k} needs a value")));
@@ -59,6 +64,14 @@ fn parse_args() -> Args {
             "--size" => a.size = num(v()) as usize,
             "--outstanding" => a.outstanding = num(v()) as usize,
             "--seed" => a.seed = num(v()),
+            "--switch" => {
+                let text = v();
+                let mut c: BottleneckConfig = text.parse().unwrap_or_else(|e| usage(&format!("--switch: {e}")));
+                if !text.split(',').any(|kv| kv.trim().starts_with("queue")) {
+                    c.queue_bytes = 4 * c.kmax;
+                }
+                a.switch = c;
+            }
             "-h" | "--help" => usage("incast benchmark"),
             o => usage(&format!("unknown option '{o}'")),
         }
@@ -121,7 +134,7 @@ struct Run {
 }
 
 fn run(n: usize, cc: bool, a: &Args) -> Run {
-    let cfg = FabricConfig { seed: a.seed, ..FabricConfig::incast(n) };
+    let cfg = FabricConfig { seed: a.seed, switch: a.switch, host_rate_bps: a.switch.rate_bps, ..FabricConfig::incast(n) };
     let mut f = Fabric::new(cfg, |_| device_config(cc));
     let r = f.receiver(0);
     let streams: Vec<usize> = (0..n)
@@ -202,9 +215,10 @@ fn yes(ok: bool) -> &'static str {
 fn main() {
     let a = parse_args();
     println!(
-        "incast: 64 KiB-class WRITE streams ({} B, {} outstanding), 10 Gb/s hosts and switch port, 2 us cables, {} ms ({} ms warm-up), seed {}",
+        "incast: WRITE streams of {} B, {} outstanding; hosts and switch ports at {} Gb/s, 2 us cables; {} ms ({} ms warm-up), seed {}",
         a.size,
         a.outstanding,
+        a.switch.rate_bps as f64 / 1e9,
         a.ms,
         a.warmup_ms.unwrap_or(a.ms / 4),
         a.seed
