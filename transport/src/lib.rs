@@ -52,6 +52,7 @@ pub mod pcap;
 pub mod cm;
 pub mod cc;
 
+pub mod bottleneck;
 pub mod counters;
 pub mod device;
 pub mod memory;

@@ -2,6 +2,8 @@
 //! virtual clock, and a seeded link that drops, duplicates, reorders, delays and flips bits
 //! (quinn-proto's `tests/util.rs` `Pair`, smoltcp's fault injector). Bit flips must be
 //! caught by the ICRC. [`NeighPair`] runs two ports' neighbour resolution on the same link.
+//! [`fabric::Fabric`] is the N-node version: hosts with line-rate uplinks behind a switch
+//! whose egress ports queue, drop and ECN-mark ([`crate::bottleneck`]).
 
 use crate::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use crate::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
@@ -15,6 +17,8 @@ use crate::{Device, DeviceConfig, VecMemory};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub mod fabric;
 
 /// Faults of the simulated link, as probabilities per frame.
 #[derive(Debug, Clone, Copy)]
@@ -255,20 +259,7 @@ impl Pair {
 
     /// Create and connect an RC QP on each node (RESET -> INIT -> RTR -> RTS).
     pub fn rc_pair(&mut self, o: RcOpts) -> (QpHandle, QpHandle) {
-        let qa = create(&mut self.a, QpType::Rc, o.cap);
-        let qb = create(&mut self.b, QpType::Rc, o.cap);
-        let na = self.a.dev.query_qp(qa).expect("qp").qp_num;
-        let nb = self.b.dev.query_qp(qb).expect("qp").qp_num;
-        let (ava, avb) = (self.a.av_to(&self.b), self.b.av_to(&self.a));
-        for (n, q, av, peer, rq, sq) in [(&mut self.a, qa, ava, nb, o.psn_b, o.psn_a), (&mut self.b, qb, avb, na, o.psn_a, o.psn_b)] {
-            let (at, m) = init_attr(AccessFlags::ALL);
-            n.dev.modify_qp(q, &at, m).expect("INIT");
-            let (at, m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
-            n.dev.modify_qp(q, &at, m).expect("RTR");
-            let (at, m) = rts_attr(sq, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
-            n.dev.modify_qp(q, &at, m).expect("RTS");
-        }
-        (qa, qb)
+        rc_connect(&mut self.a, &mut self.b, o)
     }
 
     /// Create a UD QP with Q_Key `qkey` on each node, in RTS.
@@ -389,6 +380,25 @@ impl Pair {
         }
         false
     }
+}
+
+/// Create an RC QP on `a` and one on `b` and connect them (RESET -> INIT -> RTR -> RTS);
+/// `o.psn_a` is `a`'s send PSN, `o.psn_b` is `b`'s.
+pub fn rc_connect(a: &mut Node, b: &mut Node, o: RcOpts) -> (QpHandle, QpHandle) {
+    let qa = create(a, QpType::Rc, o.cap);
+    let qb = create(b, QpType::Rc, o.cap);
+    let na = a.dev.query_qp(qa).expect("qp").qp_num;
+    let nb = b.dev.query_qp(qb).expect("qp").qp_num;
+    let (ava, avb) = (a.av_to(b), b.av_to(a));
+    for (n, q, av, peer, rq, sq) in [(a, qa, ava, nb, o.psn_b, o.psn_a), (b, qb, avb, na, o.psn_a, o.psn_b)] {
+        let (at, m) = init_attr(AccessFlags::ALL);
+        n.dev.modify_qp(q, &at, m).expect("INIT");
+        let (at, m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
+        n.dev.modify_qp(q, &at, m).expect("RTR");
+        let (at, m) = rts_attr(sq, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
+        n.dev.modify_qp(q, &at, m).expect("RTS");
+    }
+    (qa, qb)
 }
 
 fn create(n: &mut Node, ty: QpType, cap: QpCap) -> QpHandle {

@@ -1,0 +1,271 @@
+//! Incast through a simulated switch port, with and without congestion control.
+//!
+//! `cargo run --release -p droce-transport --example incast -- [--senders 2|8] [--cc on|off] [--ms 200]`
+//! (also `--switch rate=10g,kmin=40k,kmax=160k,pmax=0.2,queue=640k`: the switch ports, in
+//! the bottleneck's text form; without `queue=` the buffer is 4 x Kmax. And `--warmup MS`,
+//! `--size BYTES`, `--outstanding K`, `--seed S`.)
+//!
+//! N senders each stream 64 KiB RDMA WRITEs (8 outstanding) to one receiver through the
+//! fabric of `FabricConfig::incast`: 10 Gb/s hosts, 2 us cables (base RTT about 10 us), a
+//! switch egress port toward the receiver with RED/ECN marking from Kmin = 40 KiB to Kmax =
+//! 160 KiB (pmax 0.2) and a buffer of 4 x Kmax. Simulated time: the figures are the same on
+//! every machine and every run. Without `--senders` / `--cc` it runs 2 and 8 senders, CC
+//! off and on, and prints them side by side with the targets.
+//!
+//! Measured after convergence (`--warmup` ms, default a quarter of the run): per-sender
+//! goodput (acknowledged WRITE bytes), the bottleneck's utilisation (bytes on its wire over
+//! its capacity), Jain's fairness index of the senders' bytes through the bottleneck in
+//! every 10 ms window (min and median), the queue sampled every 10 us (median, p99, max);
+//! over the whole run: drops, ECN marks, CNPs delivered to the senders, retransmitted
+//! packets (the senders' `retransmitted_pkts` counters).
+
+use droce_transport::sim::fabric::{Fabric, FabricConfig, StreamOp, StreamSpec};
+use droce_transport::bottleneck::BottleneckConfig;
+use droce_transport::sim::RcOpts;
+use droce_transport::{DeviceConfig, Duration, Instant};
+
+const WINDOW: Duration = Duration::from_millis(10);
+const SAMPLE: Duration = Duration::from_micros(10);
+
+struct Args {
+    senders: Vec<usize>,
+    cc: Vec<bool>,
+    ms: u64,
+    warmup_ms: Option<u64>,
+    size: usize,
+    outstanding: usize,
+    seed: u64,
+    switch: BottleneckConfig,
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("incast: {why}");
+    eprintln!("usage: incast [--senders N] [--cc on|off] [--ms MS] [--warmup MS] [--size BYTES] [--outstanding K] [--seed S] [--switch rate=..,queue=..,kmin=..,kmax=..,pmax=..]");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let mut a = Args { senders: vec![2, 8], cc: vec![false, true], ms: 200, warmup_ms: None, size: 64 << 10, outstanding: 8, seed: 1, switch: FabricConfig::incast(1).switch };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().unwrap_or_else(|| usage(&format!("{k} needs a value")));
+        let num = |s: String| s.parse::<u64>().unwrap_or_else(|_| usage(&format!("{k}: '{s}' is not a number")));
+        match k.as_str() {
+            "--senders" => a.senders = vec![num(v()) as usize],
+            "--cc" => {
+                a.cc = match v().as_str() {
+                    "on" => vec![true],
+                    "off" => vec![false],
+                    o => usage(&format!("--cc: '{o}' is not on or off")),
+                }
+            }
+            "--ms" => a.ms = num(v()),
+            "--warmup" => a.warmup_ms = Some(num(v())),
+            "--size" => a.size = num(v()) as usize,
+            "--outstanding" => a.outstanding = num(v()) as usize,
+            "--seed" => a.seed = num(v()),
+            "--switch" => {
+                let text = v();
+                let mut c: BottleneckConfig = text.parse().unwrap_or_else(|e| usage(&format!("--switch: {e}")));
+                if !text.split(',').any(|kv| kv.trim().starts_with("queue")) {
+                    c.queue_bytes = 4 * c.kmax;
+                }
+                a.switch = c;
+            }
+            "-h" | "--help" => usage("incast benchmark"),
+            o => usage(&format!("unknown option '{o}'")),
+        }
+    }
+    if a.senders.iter().any(|&n| n == 0 || n > 100) {
+        usage("--senders must be 1..=100");
+    }
+    a
+}
+
+/// Whether this build's transport has DCQCN: until it does, "on" runs the same devices.
+const HAVE_CC: bool = false;
+
+fn device_config(_cc: bool) -> DeviceConfig {
+    DeviceConfig::default()
+}
+
+/// Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 = equal shares.
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let q: f64 = x.iter().map(|v| v * v).sum();
+    if q == 0.0 {
+        return 0.0;
+    }
+    s * s / (x.len() as f64 * q)
+}
+
+fn pct<T: Copy + Ord>(v: &[T], p: f64) -> T {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s[((s.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median_f(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[s.len() / 2]
+}
+
+struct Run {
+    cc: bool,
+    goodput_gbps: Vec<f64>,
+    util: f64,
+    jain_min: f64,
+    jain_median: f64,
+    q_median: usize,
+    q_p99: usize,
+    q_max_after: usize,
+    q_max: usize,
+    drops: u64,
+    marks: u64,
+    cnps: u64,
+    retx: u64,
+    timeouts: u64,
+    seq_naks: u64,
+    verified: u64,
+    kmin: usize,
+    kmax: usize,
+    buffer: usize,
+}
+
+fn run(n: usize, cc: bool, a: &Args) -> Run {
+    let cfg = FabricConfig { seed: a.seed, switch: a.switch, host_rate_bps: a.switch.rate_bps, ..FabricConfig::incast(n) };
+    let mut f = Fabric::new(cfg, |_| device_config(cc));
+    let r = f.receiver(0);
+    let streams: Vec<usize> = (0..n)
+        .map(|i| {
+            let spec = StreamSpec { from: f.sender(i), to: r, op: StreamOp::Write, size: a.size, outstanding: a.outstanding, count: None, verify: true };
+            f.add_stream(spec, RcOpts::default())
+        })
+        .collect();
+    let warmup = Duration::from_millis(a.warmup_ms.unwrap_or(a.ms / 4));
+    let end = Instant(Duration::from_millis(a.ms).as_nanos());
+    let start = Instant(warmup.as_nanos());
+    let b = f.bottleneck();
+    let max_rounds = 1u64 << 40;
+
+    assert!(f.run_until(start, max_rounds));
+    let out0 = f.port_stats(b).bytes_out;
+    let good0: Vec<u64> = streams.iter().map(|&s| f.stream_stats(s).bytes_completed).collect();
+    let mut win0: Vec<u64> = (0..n).map(|i| f.delivered_bytes_from[f.sender(i)]).collect();
+    let mut next_window = start + WINDOW;
+    let mut jains = Vec::new();
+    let mut queue = Vec::new();
+    let mut t = start;
+    while t < end {
+        t = t + SAMPLE;
+        assert!(f.run_until(t, max_rounds));
+        queue.push(f.port_stats(b).queue_bytes);
+        if t >= next_window {
+            let now: Vec<u64> = (0..n).map(|i| f.delivered_bytes_from[f.sender(i)]).collect();
+            let d: Vec<f64> = now.iter().zip(&win0).map(|(x, y)| (x - y) as f64).collect();
+            jains.push(jain(&d));
+            win0 = now;
+            next_window = next_window + WINDOW;
+        }
+    }
+    let secs = (end.as_nanos() - start.as_nanos()) as f64 / 1e9;
+    let bs = f.port_stats(b);
+    let util = (bs.bytes_out - out0) as f64 * 8.0 / (f.cfg.switch.rate_bps as f64 * secs);
+    let goodput_gbps =
+        streams.iter().zip(&good0).map(|(&s, g0)| (f.stream_stats(s).bytes_completed - g0) as f64 * 8.0 / secs / 1e9).collect();
+    let senders: Vec<usize> = (0..n).map(|i| f.sender(i)).collect();
+    let sum = |c: fn(&droce_transport::counters::Counters) -> u64| senders.iter().map(|&h| c(f.nodes[h].dev.counters())).sum::<u64>();
+    Run {
+
+        cc,
+        goodput_gbps,
+        util,
+        jain_min: jains.iter().copied().fold(f64::INFINITY, f64::min),
+        jain_median: median_f(&jains),
+        q_median: pct(&queue, 0.5),
+        q_p99: pct(&queue, 0.99),
+        q_max_after: *queue.iter().max().unwrap_or(&0),
+        q_max: bs.max_queue_bytes,
+        drops: bs.dropped,
+        marks: bs.marked,
+        cnps: senders.iter().map(|&h| f.cnps_to[h]).sum(),
+        retx: sum(|c| c.retransmitted_pkts),
+        timeouts: sum(|c| c.completer_retry_err),
+        seq_naks: sum(|c| c.rcvd_seq_err),
+        verified: streams.iter().map(|&s| f.stream_stats(s).verified).sum(),
+        kmin: f.cfg.switch.kmin,
+        kmax: f.cfg.switch.kmax,
+        buffer: f.cfg.switch.queue_bytes,
+    }
+}
+
+fn kib(b: usize) -> String {
+    format!("{:.1} KiB", b as f64 / 1024.0)
+}
+
+fn yes(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+fn main() {
+    let a = parse_args();
+    println!(
+        "incast: WRITE streams of {} B, {} outstanding; hosts and switch ports at {} Gb/s, 2 us cables; {} ms ({} ms warm-up), seed {}",
+        a.size,
+        a.outstanding,
+        a.switch.rate_bps as f64 / 1e9,
+        a.ms,
+        a.warmup_ms.unwrap_or(a.ms / 4),
+        a.seed
+    );
+    if !HAVE_CC && a.cc.contains(&true) {
+        println!("note: this build has no DCQCN yet: the 'on' column runs the same devices as 'off'");
+    }
+    for &n in &a.senders {
+        let runs: Vec<Run> = a.cc.iter().map(|&cc| run(n, cc, &a)).collect();
+        let r0 = &runs[0];
+        println!();
+        println!("{n} -> 1   (Kmin {}, Kmax {}, buffer {})", kib(r0.kmin), kib(r0.kmax), kib(r0.buffer));
+        let head: Vec<String> = runs.iter().map(|r| format!("{:>22}", if r.cc { "CC on" } else { "CC off" })).collect();
+        println!("{:<34}{}", "", head.join(""));
+        let row = |name: &str, f: &dyn Fn(&Run) -> String| {
+            let cells: Vec<String> = runs.iter().map(|r| format!("{:>22}", f(r))).collect();
+            println!("{:<34}{}", name, cells.join(""));
+        };
+        for i in 0..n {
+            row(&format!("goodput sender {i} (Gb/s)"), &|r| format!("{:.3}", r.goodput_gbps[i]));
+        }
+        row("goodput total (Gb/s)", &|r| format!("{:.3}", r.goodput_gbps.iter().sum::<f64>()));
+        row("bottleneck utilisation", &|r| format!("{:.3}", r.util));
+        row("Jain per 10 ms: min", &|r| format!("{:.4}", r.jain_min));
+        row("Jain per 10 ms: median", &|r| format!("{:.4}", r.jain_median));
+        row("queue median", &|r| kib(r.q_median));
+        row("queue p99", &|r| kib(r.q_p99));
+        row("queue max after warm-up", &|r| kib(r.q_max_after));
+        row("queue max (whole run)", &|r| kib(r.q_max));
+        row("drops at the bottleneck", &|r| r.drops.to_string());
+        row("ECN marks", &|r| r.marks.to_string());
+        row("CNPs to the senders", &|r| r.cnps.to_string());
+        row("retransmitted packets", &|r| r.retx.to_string());
+        row("  of which timeouts / seq NAKs", &|r| format!("{} / {}", r.timeouts, r.seq_naks));
+        row("messages verified", &|r| r.verified.to_string());
+        for r in runs.iter().filter(|r| r.cc) {
+            println!(
+                "targets with CC ({n} -> 1): Jain >= 0.95 every window {} ({:.4}); queue < Kmax after warm-up {} ({}); zero drops {} ({}); utilisation >= 0.9 {} ({:.3})",
+                yes(r.jain_min >= 0.95),
+                r.jain_min,
+                yes(r.q_max_after < r.kmax),
+                kib(r.q_max_after),
+                yes(r.drops == 0),
+                r.drops,
+                yes(r.util >= 0.9),
+                r.util
+            );
+        }
+    }
+}
