@@ -51,6 +51,9 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     cfg.mbufs = 16383;
     cfg.link_wait = Some(o.timeout);
     cfg.pcap = o.pcap.clone();
+    if let Some(c) = &o.cc {
+        (cfg.cc, cfg.cc_line_rate_given) = droce_dpdk::runtime::parse_cc(c).map_err(|e| format!("--cc: {e}"))?;
+    }
     if let Some(f) = &o.faults {
         cfg.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
     }

@@ -84,6 +84,8 @@ pub struct Opts {
     pub server: Option<String>,
     pub progress: Progress,
     pub faults: Option<String>,
+    /// Congestion control text (`--cc`), checked at parse time; `None`: the runtime's default (on).
+    pub cc: Option<String>,
     pub pcap: Option<PathBuf>,
     pub timeout: Duration,
     /// RC local ACK timeout exponent (perftest `-u/--qp-timeout`): 4.096 µs × 2^N, default 14.
@@ -114,6 +116,7 @@ impl Opts {
             server: None,
             progress: Progress::Manual,
             faults: None,
+            cc: None,
             pcap: None,
             timeout: Duration::from_secs(10),
             qp_timeout: 14,
@@ -153,6 +156,8 @@ RDMA tests (perftest 4.5 / ibv_*_pingpong compatible TCP exchange):
   --verify         fill every message with a per-iteration pattern and check every byte
   --progress=manual|thread   poll the device in the test loop (default) or in the runtime's progress thread
   --faults=SPEC    fault injection (test feature), e.g. 'both:drop=0.01,reorder=0.01;seed=3'
+  --cc=SPEC        congestion control: on (default: ECN, CNPs, DCQCN), off, or key=value,... e.g.
+                   'line_rate=10g,rpg_ai_rate=10' (keys and units: docs/dcqcn.md)
   --pcap FILE      capture RoCE/ARP frames;  --timeout SECS  bound on every wait (default 10)
   -u N             RC local ACK timeout 4.096 µs × 2^N, N 1..31 (default 14; retry_cnt is 7)
   --no-stats       do not print the RoCE statistics block at the end
@@ -202,7 +207,7 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                     | "-q" | "--qp"
                     | "--ip" | "-p" | "--port"
                     | "-A" | "--atomic_type"
-                    | "--progress" | "--faults" | "--pcap" | "--timeout"
+                    | "--progress" | "--faults" | "--cc" | "--pcap" | "--timeout"
                     | "-u" | "--qp-timeout"
                     | "-t" | "--tx-depth"
                     | "-r" | "--rx-depth"
@@ -269,6 +274,10 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
             "--faults" => {
                 val.parse::<droce_dpdk::roce::FaultConfig>().map_err(|e| format!("--faults={val}: {e}"))?;
                 o.faults = Some(val);
+            }
+            "--cc" => {
+                droce_dpdk::runtime::parse_cc(&val).map_err(|e| format!("--cc={val}: {e}"))?;
+                o.cc = Some(val);
             }
             "--pcap" => o.pcap = Some(PathBuf::from(val)),
             "--timeout" => {
@@ -377,6 +386,8 @@ mod tests {
             ("--test=write_bw -s x", "not a valid number"),
             ("--test=write_bw --bogus", "unknown option '--bogus'"),
             ("--test=write_bw --faults=rx:drop=2", "--faults=rx:drop=2"),
+            ("--test=write_bw --cc=rpg_gd=99", "--cc=rpg_gd=99: congestion-control key 'rpg_gd'"),
+            ("--test=write_bw --cc=fast", "--cc=fast: unknown congestion-control key 'fast'"),
             ("--test=write_bw a b", "only one SERVER"),
             ("--test=write_bw -q 0", "between 1 and 64"),
             ("--test=write_lat -u 32", "exponent is 1..31"),

@@ -291,7 +291,7 @@ impl fmt::Display for BottleneckParseError {
 impl std::error::Error for BottleneckParseError {}
 
 /// `digits[suffix]` with `suffix` scaling by `k`, `m` or `g` (`g` only when `giga` is given).
-fn parse_scaled(s: &str, kilo: u64, giga: Option<u64>) -> Option<u64> {
+pub(crate) fn parse_scaled(s: &str, kilo: u64, giga: Option<u64>) -> Option<u64> {
     let s = s.trim();
     let (num, mul) = match s.as_bytes().last()?.to_ascii_lowercase() {
         b'k' => (&s[..s.len() - 1], kilo),

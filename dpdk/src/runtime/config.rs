@@ -3,6 +3,7 @@
 
 use super::zeroconf::{default_link, PEEK};
 use super::*;
+use droce_transport::cc::CcConfig;
 /// Addresses of the zero-config pair (slots 0 and 1 of the mesh).
 pub const DEFAULT_SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 pub const DEFAULT_CLIENT_IP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
@@ -46,6 +47,13 @@ pub struct RuntimeConfig {
     /// still acknowledges it within [`ACK_WATCHDOG_TICK`] x 2.
     pub hold_acks: bool,
     pub faults: Option<FaultConfig>,
+    /// Congestion control (conf key `cc`, env `DROCE_CC`, CLI `--cc`; text form in
+    /// `droce_transport::cc`): ECN marking, CNPs and DCQCN, on by default. Its `line_rate_bps`
+    /// is the port's reported speed unless the text names a `line_rate`
+    /// ([`RuntimeConfig::cc_line_rate_given`]).
+    pub cc: CcConfig,
+    /// The `cc` text gave `line_rate=`: keep it instead of the port's speed.
+    pub cc_line_rate_given: bool,
     pub pcap: Option<PathBuf>,
     pub rank: Option<u32>,
     /// Mbufs in the pool (conf key `mbufs`, default [`DEFAULT_MBUFS`]).
@@ -156,6 +164,12 @@ pub(super) fn yes_no(v: &str) -> Option<bool> {
     }
 }
 
+/// A congestion-control text (`droce_transport::cc`), and whether it names the line rate.
+pub fn parse_cc(v: &str) -> Result<(CcConfig, bool), String> {
+    let cc = v.parse::<CcConfig>().map_err(|e| e.to_string())?;
+    Ok((cc, v.split(',').any(|i| i.trim().starts_with("line_rate"))))
+}
+
 pub(super) fn parse_progress(v: &str) -> Option<Progress> {
     match v.to_ascii_lowercase().as_str() {
         "manual" => Some(Progress::Manual),
@@ -164,7 +178,7 @@ pub(super) fn parse_progress(v: &str) -> Option<Progress> {
     }
 }
 
-pub(super) const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hold-acks, hugepages, memory, mbufs, lcore, log-level, faults, pcap, eal";
+pub(super) const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hold-acks, hugepages, memory, mbufs, lcore, log-level, faults, cc, pcap, eal";
 
 /// Distinguishes the `--file-prefix` of successive EAL attempts in one process.
 pub(super) static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -200,6 +214,11 @@ impl RuntimeConfig {
         if let Ok(v) = std::env::var("DROCE_FAULTS") {
             if !v.trim().is_empty() {
                 cfg.faults = Some(v.trim().parse().map_err(|e| cfg_err(format!("DROCE_FAULTS='{v}': {e}")))?);
+            }
+        }
+        if let Ok(v) = std::env::var("DROCE_CC") {
+            if !v.trim().is_empty() {
+                (cfg.cc, cfg.cc_line_rate_given) = parse_cc(v.trim()).map_err(|e| cfg_err(format!("DROCE_CC='{v}': {e}")))?;
             }
         }
         if let Ok(v) = std::env::var("DROCE_MTU") {
@@ -244,6 +263,7 @@ impl RuntimeConfig {
         let (mut huge, mut memory, mut lcore, mut log_level, mut faults, mut pcap) = (false, 256u32, None, "error".to_string(), None, None);
         let mut mbufs = DEFAULT_MBUFS;
         let mut hold_acks = true;
+        let mut cc = None;
         for (no, raw) in text.lines().enumerate() {
             let no = no + 1;
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -261,7 +281,7 @@ impl RuntimeConfig {
             }
             let single = matches!(
                 key,
-                "port" | "ip" | "peer" | "mtu" | "progress" | "hold-acks" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "pcap" | "mbufs"
+                "port" | "ip" | "peer" | "mtu" | "progress" | "hold-acks" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "cc" | "pcap" | "mbufs"
             );
             if single {
                 if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
@@ -302,6 +322,7 @@ impl RuntimeConfig {
                 "lcore" => lcore = Some(value.parse::<u32>().map_err(|_| at(format!("'{value}' is not a CPU number")))?),
                 "log-level" => log_level = value,
                 "faults" => faults = Some(value.parse::<FaultConfig>().map_err(|e| at(e.to_string()))?),
+                "cc" => cc = Some(parse_cc(&value).map_err(at)?),
                 "pcap" => pcap = Some(PathBuf::from(value)),
                 "mbufs" => {
                     mbufs = value.parse().ok().filter(|m| (1023..=1 << 20).contains(m)).ok_or_else(|| at(format!("'{value}': want a count from 1023 to 1048576")))?
@@ -344,6 +365,9 @@ impl RuntimeConfig {
         c.progress = progress;
         c.hold_acks = hold_acks;
         c.faults = faults;
+        if let Some((cc, given)) = cc {
+            (c.cc, c.cc_line_rate_given) = (cc, given);
+        }
         c.pcap = pcap;
         c.rank = rank;
         c.mbufs = mbufs;
@@ -365,6 +389,8 @@ impl RuntimeConfig {
             progress: Progress::Manual,
             hold_acks: true,
             faults: None,
+            cc: CcConfig::default(),
+            cc_line_rate_given: false,
             pcap: None,
             rank: None,
             mbufs: DEFAULT_MBUFS,

@@ -53,6 +53,7 @@
 //! `mbufs` (pool size, default 8191),
 //! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`
 //! (EAL `--log-level`, default `error`), `faults` (fault injection spec, a test feature),
+//! `cc` (congestion control: `on` (default), `off`, or `key=value,...`; `docs/dcqcn.md`),
 //! `pcap` (capture file), `eal`* (extra EAL arguments, split at white space).
 //!
 //! # Zero-config default
@@ -91,7 +92,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-pub use config::{rank_from_env, Progress, RuntimeConfig, RuntimeError, DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, RANK_VARS};
+pub use config::{parse_cc, rank_from_env, Progress, RuntimeConfig, RuntimeError, DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, RANK_VARS};
 pub use progress::{global, install_global, lock_global, start_progress_thread, stop_progress_thread, ACK_WATCHDOG_TICK};
 pub use zeroconf::{mesh_ip, mesh_mac, DefaultLink, MESH_MAX, MESH_OPEN_WAIT};
 use zeroconf::{mark_slot_ready, memif_client_socket, Mesh, MeshPeer};
@@ -339,6 +340,13 @@ impl Runtime {
         rc.tx_burst = 64;
         rc.checksum_offload = true;
         rc.transport.hold_acks = cfg.hold_acks;
+        rc.transport.cc = cfg.cc.clone();
+        if !cfg.cc_line_rate_given {
+            // DCQCN recovers a QP to the line rate: the port's, when the PMD reports one
+            if let Some(mbps) = port.link_quiet().ok().map(|l| l.speed_mbps).filter(|s| *s != 0 && *s != u32::MAX) {
+                rc.transport.cc.line_rate_bps = mbps as u64 * 1_000_000;
+            }
+        }
         let mut dev = RoceDevice::new(rc, &configured, pool.clone()).map_err(|e| RuntimeError::Device(format!("RoCE device on {pname}: {e}")))?;
         let cm = CmAgent::new(&mut dev, CmAgentConfig { seed: seed() ^ 0x636d, ..Default::default() })
             .map_err(|e| RuntimeError::Device(format!("CM agent: {e}")))?;

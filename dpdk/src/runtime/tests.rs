@@ -54,6 +54,11 @@ fn every_key() {
     let s = c.eal_args.join(" ");
     assert!(s.contains("--no-huge -m 128 --no-pci") && !s.contains(" -l "), "{s}");
     assert!(c.hold_acks, "ACKs are held by default");
+    assert!(c.cc.ecn && c.cc.dcqcn && !c.cc_line_rate_given, "congestion control is on by default, at the port's speed");
+    let c = p("vdev = net_ring0\nip = 1.2.3.4\ncc = off\n", None).unwrap();
+    assert_eq!(c.cc, droce_transport::cc::CcConfig::off());
+    let c = p("vdev = net_ring0\nip = 1.2.3.4\ncc = line_rate=25g, rpg_ai_rate=10\n", None).unwrap();
+    assert!(c.cc_line_rate_given && c.cc.line_rate_bps == 25_000_000_000 && c.cc.rpg_ai_rate == 10);
 }
 
 fn err(text: &str, rank: Option<u32>) -> String {
@@ -92,6 +97,8 @@ fn clear_errors() {
     assert!(s.contains("line 3") && s.contains("'hold-acks'") && s.contains("yes or no"), "{s}");
     let s = err("vdev = x\nip = 10.0.0.1\nfaults = rx:explode=1\n", None);
     assert!(s.contains("line 3") && s.contains("'faults'"), "{s}");
+    let s = err("vdev = x\nip = 10.0.0.1\ncc = dcqcn=maybe\n", None);
+    assert!(s.contains("line 3") && s.contains("'cc'") && s.contains("'maybe' is not on or off"), "{s}");
     let s = err("vdev = x\nip = 10.0.0.1\nmtu = 100000\n", None);
     assert!(s.contains("line 3"), "{s}");
 }

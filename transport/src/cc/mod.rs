@@ -15,6 +15,9 @@
 pub mod dcqcn;
 pub mod notify;
 pub mod pacer;
+mod text;
+
+pub use text::CcParseError;
 
 pub use dcqcn::Dcqcn;
 pub use pacer::Pacer;

@@ -636,7 +636,7 @@ mod tests {
 
     #[test]
     fn incast_queues_at_the_receivers_port() {
-        let mut f = Fabric::new(FabricConfig::incast(4), |_| DeviceConfig::default());
+        let mut f = Fabric::new(FabricConfig::incast(4), |_| DeviceConfig { cc: crate::cc::CcConfig::off(), ..DeviceConfig::default() });
         let r = f.receiver(0);
         let ids: Vec<usize> = (0..4).map(|i| f.add_stream(write_stream(i, r, 16 << 10, 20), RcOpts::default())).collect();
         assert!(f.run_idle(10_000_000));
