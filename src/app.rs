@@ -10,7 +10,8 @@ use droce_dpdk::{self as dpdk, Eal, LcoreId, Mempool, MempoolConfig, Port, PortC
 use crate::args::{AppOptions, CommandLine, Source};
 use crate::cmdline::{self, Command, PortSel};
 use crate::fwd::{self, Stream, StreamSpec, StreamStats};
-use crate::modes::{self, ModeInfo};
+use crate::modes::{self, Family, ModeInfo};
+use crate::switch::{SwitchSpec, SwitchStats, SwitchStream};
 use crate::stats::{self, FwdTotals, PortCounters, RateMeter};
 
 /// An error that ends a batch run (exit 1) or is reported at the prompt; always one line.
@@ -55,6 +56,8 @@ pub struct App {
     ports: Vec<PortState>,
     run: Option<Run>,
     last: Option<LastRun>,
+    /// The switch's own counters while (or since) it ran in switch mode.
+    switch: Option<Arc<SwitchStats>>,
     pool: Arc<Mempool>,
     /// Forwarding lcores available (EAL workers).
     workers: Vec<LcoreId>,
@@ -178,7 +181,7 @@ impl App {
         if ports.len() % 2 == 1 && opts.topology == crate::args::Topology::Paired && ports.len() > 1 {
             println!("\nWarning! port-topology=paired and odd forward ports number, the last port will pair with itself.\n");
         }
-        Ok(App { opts, mode, ports, run: None, last: None, pool, workers, _eal: eal })
+        Ok(App { opts, mode, ports, run: None, last: None, switch: None, pool, workers, _eal: eal })
     }
 
     fn nb_ports(&self) -> u16 {
@@ -229,17 +232,30 @@ impl App {
         (0..self.nb_ports()).map(|p| (p, self.opts.topology.peer(p, self.nb_ports()))).collect()
     }
 
+    fn is_switch(&self) -> bool {
+        self.mode.family == Family::Switch
+    }
+
+    /// Streams a run has: one per port pair, or the switch's one over all ports.
+    fn nb_streams(&self) -> usize {
+        if self.is_switch() {
+            1
+        } else {
+            self.stream_pairs().len()
+        }
+    }
+
     fn fwd_config_text(&self, batch: bool) -> String {
         let pairs = self.stream_pairs();
-        let (lcores, on_main) = self.plan_lcores(pairs.len(), batch);
+        let (lcores, on_main) = self.plan_lcores(self.nb_streams(), batch);
         let nb_cores = if lcores.is_empty() { 1 } else { lcores.len() };
         let mut s = format!(
             "{} packet forwarding - ports={} - cores={} - streams={} - topology={}\n",
             self.mode.name,
             self.nb_ports(),
             nb_cores,
-            pairs.len(),
-            self.opts.topology.name()
+            self.nb_streams(),
+            if self.is_switch() { "learning" } else { self.opts.topology.name() }
         );
         let where_: Vec<String> = if !lcores.is_empty() {
             lcores.iter().map(|l| format!("Logical Core {l} (socket {})", dpdk::lcore_socket(*l).max(0))).collect()
@@ -248,7 +264,12 @@ impl App {
         } else {
             vec!["A helper thread (no worker lcore enabled; give -l 0-1 for a dedicated lcore)".to_string()]
         };
-        for (i, w) in where_.iter().enumerate() {
+        if self.is_switch() {
+            let all: Vec<String> = (0..self.nb_ports()).map(|p| p.to_string()).collect();
+            s.push_str(&format!("{} forwards packets on 1 stream:\n", where_[0]));
+            s.push_str(&format!("  RX P={}/Q=0 -> TX learnt port, flood to the others\n", all.join(",")));
+        }
+        for (i, w) in where_.iter().enumerate().filter(|_| !self.is_switch()) {
             let mine: Vec<&(u16, u16)> = pairs.iter().enumerate().filter(|(j, _)| j % where_.len() == i).map(|(_, p)| p).collect();
             s.push_str(&format!("{w} forwards packets on {} streams:\n", mine.len()));
             for (rx, tx) in mine {
@@ -269,7 +290,7 @@ impl App {
             return Err("packet forwarding already started; type 'stop' first".into());
         }
         let pairs = self.stream_pairs();
-        let (lcores, _) = self.plan_lcores(pairs.len(), batch);
+        let (lcores, _) = self.plan_lcores(self.nb_streams(), batch);
         print!("{}", self.fwd_config_text(batch));
         let base: Vec<PortCounters> = (0..self.nb_ports()).map(|p| self.counters(p)).collect();
         // The first "Throughput (since last show)" of a run then covers the run so far.
@@ -277,8 +298,25 @@ impl App {
         for (st, c) in self.ports.iter_mut().zip(&base) {
             st.meter.update(now, c);
         }
-        let mut built: Vec<(Box<dyn Stream>, Stream1)> = Vec::new();
-        for (rx, tx) in pairs {
+        // each stream with the counters it feeds (the switch feeds one set per port)
+        let mut built: Vec<(Box<dyn Stream>, Vec<Stream1>)> = Vec::new();
+        if self.is_switch() {
+            let sw = SwitchStream::new(SwitchSpec {
+                ports: self.ports.iter().map(|p| p.port.clone()).collect(),
+                queue: QueueId(0),
+                pool: self.pool.clone(),
+                burst: self.opts.burst,
+            });
+            let infos = sw.port_stats().into_iter().enumerate().map(|(p, st)| Stream1 { rx_port: p as u16, tx_port: p as u16, lcore: None, stats: st }).collect();
+            self.switch = Some(sw.switch_stats());
+            built.push((Box::new(sw), infos));
+        }
+        let kind = match self.mode.family {
+            Family::Forward(k) => k,
+            Family::Switch => crate::modes::FwdKind::Io,
+        };
+        // a forwarding mode's streams, one per port pair (none in switch mode)
+        for (rx, tx) in pairs.into_iter().filter(|_| !self.is_switch()) {
             let spec = StreamSpec {
                 rx_port: self.ports[rx as usize].port.clone(),
                 tx_port: self.ports[tx as usize].port.clone(),
@@ -290,17 +328,17 @@ impl App {
                 peer_mac: self.peer_mac(tx),
                 tx_first,
             };
-            let s = fwd::build(self.mode, spec);
+            let s = fwd::build(kind, spec);
             let info = Stream1 { rx_port: rx, tx_port: tx, lcore: None, stats: s.stats().clone() };
-            built.push((s, info));
+            built.push((s, vec![info]));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
         let mut main_streams = Vec::new();
         let mut infos = Vec::new();
         if lcores.is_empty() {
-            let (streams, mut i): (Vec<_>, Vec<_>) = built.into_iter().unzip();
-            infos.append(&mut i);
+            let (streams, i): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+            infos.extend(i.into_iter().flatten());
             if batch {
                 main_streams = streams;
             } else {
@@ -321,9 +359,11 @@ impl App {
         } else {
             let mut per: Vec<Vec<Box<dyn Stream>>> = (0..lcores.len()).map(|_| Vec::new()).collect();
             for (j, (s, mut info)) in built.into_iter().enumerate() {
-                info.lcore = Some(lcores[j % lcores.len()]);
+                for i in info.iter_mut() {
+                    i.lcore = Some(lcores[j % lcores.len()]);
+                }
                 per[j % lcores.len()].push(s);
-                infos.push(info);
+                infos.append(&mut info);
             }
             for (l, streams) in lcores.iter().zip(per) {
                 let stop2 = stop.clone();
@@ -378,9 +418,23 @@ impl App {
         run.main_streams.clear();
         let per_port = self.totals(&run);
         print!("{}", fwd_report(&per_port));
+        print!("{}", self.switch_report());
         println!("\nDone.");
         self.last = Some(LastRun { per_port });
         Ok(())
+    }
+
+    /// The switch's block (MACs, floods, filtered frames), empty outside switch mode.
+    fn switch_report(&self) -> String {
+        match &self.switch {
+            Some(sw) => stats::switch_block(&stats::SwitchTotals {
+                macs: sw.macs.load(Ordering::Relaxed),
+                flooded: sw.flooded.load(Ordering::Relaxed),
+                filtered: sw.filtered.load(Ordering::Relaxed),
+                copy_failed: sw.copy_failed.load(Ordering::Relaxed),
+            }),
+            None => String::new(),
+        }
     }
 
     fn show_port_stats(&mut self, ports: &[u16]) {
@@ -652,6 +706,7 @@ impl App {
                     println!("\nPort statistics ====================================");
                     let all: Vec<u16> = (0..self.nb_ports()).collect();
                     self.show_port_stats(&all);
+                    print!("{}", self.switch_report());
                     next_stats = period.map(|p| t + p);
                 }
             }

@@ -449,7 +449,7 @@ pub const APP_OPTIONS: &[AppOption] = &[
     AppOption { long: "auto-start", short: Some('a'), value: None, help: "start forwarding at once (batch mode)" },
     AppOption { long: "tx-first", short: None, value: None, help: "send one burst on every port before forwarding (io/mac/macswap)" },
     AppOption { long: "stats-period", short: None, value: Some("SECS"), help: "print port statistics every SECS seconds (batch mode)" },
-    AppOption { long: "forward-mode", short: None, value: Some("MODE"), help: "forwarding mode: io, mac, macswap, rxonly, txonly (default io)" },
+    AppOption { long: "forward-mode", short: None, value: Some("MODE"), help: "forwarding mode: io, mac, macswap, rxonly, txonly, switch (default io)" },
     AppOption { long: "txpkts", short: None, value: Some("SIZE"), help: "frame size in bytes built by txonly, 42..mbuf room (default 64)" },
     AppOption { long: "burst", short: None, value: Some("N"), help: "packets per burst, 1..512 (default 32)" },
     AppOption { long: "total-num-mbufs", short: None, value: Some("N"), help: "mbufs in the pool, >= 1024 (default 8192 per port)" },

@@ -156,6 +156,27 @@ pub fn accumulated_block(t: &FwdTotals) -> String {
     s
 }
 
+/// Counters of the switch mode as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwitchTotals {
+    pub macs: u64,
+    pub flooded: u64,
+    pub filtered: u64,
+    pub copy_failed: u64,
+}
+
+/// The switch's block, bordered like the forward statistics.
+pub fn switch_block(t: &SwitchTotals) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n  {FWD_BORDER} Switch statistics {FWD_BORDER}-----------");
+    let _ = writeln!(s, "  MACs-learnt: {:<13} Flooded: {:<14} Filtered: {}", t.macs, t.flooded, t.filtered);
+    if t.copy_failed > 0 {
+        let _ = writeln!(s, "  Flood-copy-failed: {}", t.copy_failed);
+    }
+    let _ = writeln!(s, "  {FWD_BORDER}--------------------------------{FWD_BORDER}");
+    s
+}
+
 /// Formats a MAC address the way testpmd prints it.
 pub fn mac(m: &[u8; 6]) -> String {
     format!("{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}", m[0], m[1], m[2], m[3], m[4], m[5])

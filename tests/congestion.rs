@@ -1,0 +1,278 @@
+//! End to end through droce-pmd's `switch` forwarding mode: one switch process, the memif
+//! server of four links, and two droce-pmd RDMA pairs (client A -> server A, client B ->
+//! server B), each process a memif client on its own link; ARP and RoCE of both pairs cross
+//! the switch. Run plain, and through an emulated bottleneck that both streams share.
+//!
+//! Every child is bounded by a deadline and killed by its PID; the switch is ended with
+//! SIGTERM (by PID) once both pairs are done, and prints its statistics on the way out.
+
+#[path = "mpi/harness.rs"]
+mod harness;
+
+use harness::{is_root, serial};
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_droce-pmd");
+static SEQ: AtomicU32 = AtomicU32::new(0);
+/// Most any one process may take before the test kills it.
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn unique(tag: &str) -> String {
+    format!("droce-cg{}-{}-{}", std::process::id(), tag, SEQ.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A TCP port for one perftest pair, unlikely to collide with parallel test binaries.
+fn tcp_port() -> u16 {
+    20000 + ((std::process::id() * 11 + SEQ.fetch_add(1, Ordering::Relaxed) * 17) % 30000) as u16
+}
+
+fn runtime_dir(prefix: &str) -> PathBuf {
+    if is_root() {
+        PathBuf::from("/var/run/dpdk").join(prefix)
+    } else {
+        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".into())).join("dpdk").join(prefix)
+    }
+}
+
+fn v(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+struct Proc {
+    child: Child,
+    prefix: String,
+    started: Instant,
+    out: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Done {
+    code: Option<i32>,
+    signal: Option<i32>,
+    out: String,
+}
+
+impl Proc {
+    fn spawn(lcore: u32, vdevs: &[String], app: &[String]) -> Proc {
+        let prefix = unique("p");
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"]);
+        cmd.arg(format!("-l{lcore}")).arg(format!("--file-prefix={prefix}"));
+        for d in vdevs {
+            cmd.arg(format!("--vdev={d}"));
+        }
+        cmd.arg("--").args(app).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn droce-pmd");
+        let out = Arc::new(Mutex::new(String::new()));
+        let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
+        let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
+        let readers = vec![harness::collect_lines(so, out.clone()), harness::collect_lines(se, out.clone())];
+        Proc { child, prefix, started: Instant::now(), out, readers }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn wait_for(&self, text: &str, limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if self.output().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Asks our own child, by PID, to stop (a batch run prints its statistics on SIGTERM).
+    fn terminate(&self) {
+        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+    }
+
+    fn finish(mut self) -> Done {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Ok(s),
+                Ok(None) if self.started.elapsed() > DEADLINE => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break Err(());
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => break Err(()),
+            }
+        };
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
+        let out = self.output();
+        match code {
+            Ok(s) => Done { code: s.code(), signal: std::os::unix::process::ExitStatusExt::signal(&s), out },
+            Err(()) => Done { code: None, signal: None, out: format!("{out}\n[test harness: killed at the deadline]\n") },
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
+    }
+}
+
+/// A directory for the four memif sockets of one run.
+struct Sockets {
+    dir: PathBuf,
+}
+
+impl Sockets {
+    fn new() -> Sockets {
+        let dir = std::env::temp_dir().join(unique("sw"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Sockets { dir }
+    }
+    fn path(&self, link: usize) -> PathBuf {
+        self.dir.join(format!("{link}.sock"))
+    }
+    /// The switch's end of link `link` (the memif server) or the RDMA process's (the client).
+    fn vdev(&self, link: usize, server: bool) -> String {
+        let id = if server { link } else { 0 };
+        format!(
+            "net_memif{id},role={},socket={},socket-abstract=no",
+            if server { "server" } else { "client" },
+            self.path(link).display()
+        )
+    }
+    fn wait_all(&self, n: usize) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(30) {
+            if (0..n).all(|l| self.path(l).exists()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+impl Drop for Sockets {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Run {
+    switch: Done,
+    /// (server, client) of pair A, then of pair B.
+    pairs: Vec<(Done, Done)>,
+}
+
+/// The switch on links 0..4 with `switch_args`; pair A on links 0 (client) and 1 (server),
+/// pair B on links 2 (client) and 3 (server), every RDMA process with its own RoCE address.
+fn two_pairs_through_switch(switch_args: &str, test: &str) -> Run {
+    let _g = serial();
+    let socks = Sockets::new();
+    let vdevs: Vec<String> = (0..4).map(|l| socks.vdev(l, true)).collect();
+    let sw = Proc::spawn(0, &vdevs, &v(&format!("--forward-mode=switch --auto-start --run-time=120 {switch_args}")));
+    assert!(socks.wait_all(4), "the switch never created its memif sockets:\n{}", sw.output());
+    // -u 17: the ACK timeout (0.54 s) rides out scheduling stalls of five busy-polling processes
+    // on a small machine; a frame the bottleneck drops is recovered by a NAK before that.
+    const LINKS: [(usize, usize); 2] = [(0, 1), (2, 3)]; // (client link, server link) per pair
+    let ports: Vec<u16> = LINKS.iter().map(|_| tcp_port()).collect();
+    let common = |pair: usize| format!("{test} -p {} --timeout 30 -u 17", ports[pair]);
+    let servers: Vec<Proc> = LINKS
+        .iter()
+        .enumerate()
+        .map(|(pair, &(_, sv))| Proc::spawn(1, &[socks.vdev(sv, false)], &v(&format!("{} --ip 10.77.{pair}.1", common(pair)))))
+        .collect();
+    // the clients connect once their servers listen on TCP
+    for (s, &port) in servers.iter().zip(&ports) {
+        let t0 = Instant::now();
+        while !harness::tcp_listening(port) && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(harness::tcp_listening(port), "server never listened on TCP {port}:\n{}", s.output());
+    }
+    let clients: Vec<Proc> = LINKS
+        .iter()
+        .enumerate()
+        .map(|(pair, &(cl, _))| Proc::spawn(0, &[socks.vdev(cl, false)], &v(&format!("{} --ip 10.77.{pair}.2 127.0.0.1", common(pair)))))
+        .collect();
+    let mut pairs = Vec::new();
+    for (s, c) in servers.into_iter().zip(clients) {
+        let c = c.finish();
+        let s = s.finish();
+        pairs.push((s, c));
+    }
+    // both pairs are done: the switch prints its statistics on the way out
+    let stopping = Instant::now();
+    sw.terminate();
+    assert!(sw.wait_for("Port 3 is closed", Duration::from_secs(30)), "the switch did not stop on SIGTERM:\n{}", sw.output());
+    let switch = sw.finish();
+    assert!(stopping.elapsed() < Duration::from_secs(30));
+    Run { switch, pairs }
+}
+
+/// `name: value` pairs of a statistics line, summed over every occurrence in `out`.
+fn counter(out: &str, name: &str) -> u64 {
+    let mut total = 0;
+    for line in out.lines() {
+        let mut it = line.split_whitespace();
+        while let Some(t) = it.next() {
+            if t == format!("{name}:") {
+                total += it.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
+fn assert_pairs_verified(run: &Run) {
+    for (i, (s, c)) in run.pairs.iter().enumerate() {
+        let name = ["A", "B"][i];
+        assert_eq!(c.code, Some(0), "client {name} failed:\n{}\n--- server {name}:\n{}\n--- switch:\n{}", c.out, s.out, run.switch.out);
+        assert_eq!(s.code, Some(0), "server {name} failed:\n{}\n--- client {name}:\n{}\n--- switch:\n{}", s.out, c.out, run.switch.out);
+        assert!(c.out.contains("every byte of every message verified"), "client {name}:\n{}", c.out);
+        assert!(s.out.contains("Data check at server: OK"), "server {name}:\n{}", s.out);
+        // each side resolved its peer by ARP across the switch (the broadcast was flooded)
+        assert!(counter(&c.out, "arp_replies_rx") + counter(&s.out, "arp_replies_rx") > 0, "no ARP reply crossed the switch:\n{}", c.out);
+    }
+    assert_eq!(run.switch.code, Some(0), "switch:\n{}", run.switch.out);
+    assert_eq!(run.switch.signal, None, "switch:\n{}", run.switch.out);
+}
+
+#[test]
+fn two_pairs_through_a_plain_switch() {
+    let run = two_pairs_through_switch("", "--test=write_bw -s 65536 -n 200 --verify");
+    assert_pairs_verified(&run);
+    let sw = &run.switch.out;
+    assert!(sw.contains("Signal received, preparing to exit"), "{sw}");
+    // four RDMA processes behind four ports
+    assert_eq!(counter(sw, "MACs-learnt"), 4, "{sw}");
+    assert!(counter(sw, "Flooded") >= 2, "the ARP requests were not flooded:\n{sw}");
+    // every port received and sent; nothing was refused on the way
+    let blocks: Vec<&str> = sw.split("Forward statistics for port ").skip(1).collect();
+    assert_eq!(blocks.len(), 4, "{sw}");
+    for b in &blocks {
+        assert!(counter(b, "RX-packets") > 0 && counter(b, "TX-packets") > 0, "{b}");
+    }
+    assert_eq!(counter(sw.split("Accumulated").nth(1).unwrap_or(""), "TX-dropped"), 0, "{sw}");
+    // the 200 x 64 KiB of each pair crossed the switch (1024-byte packets, 64 per message)
+    let roce_in: u64 = run.pairs.iter().map(|(s, _)| counter(&s.out, "rcvd_pkts")).sum();
+    assert!(roce_in >= 2 * 200 * 64, "{roce_in}");
+}
