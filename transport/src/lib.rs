@@ -49,6 +49,7 @@ pub mod wire;
 pub mod pcap;
 pub mod cm;
 
+pub mod bottleneck;
 pub mod counters;
 pub mod device;
 pub mod memory;

@@ -4,7 +4,7 @@
 #[derive(Debug, Clone)]
 pub struct SplitMix64(u64);
 
-#[allow(dead_code)] // below/chance serve the simulator (feature "sim")
+#[allow(dead_code)] // `below` serves the simulator (feature "sim") only
 impl SplitMix64 {
     pub const fn new(seed: u64) -> Self {
         SplitMix64(seed)
