@@ -318,6 +318,7 @@ impl App {
         }
         // each stream with the counters it feeds (the switch feeds one set per port)
         let mut built: Vec<(Box<dyn Stream>, Vec<Stream1>)> = Vec::new();
+        self.switch = None;
         if self.is_switch() {
             let sw = SwitchStream::new(SwitchSpec {
                 ports: self.ports.iter().map(|p| p.port.clone()).collect(),

@@ -394,7 +394,7 @@ fn prompt_over_stdin() {
 #[test]
 fn switch_mode_at_the_prompt_shows_its_bottlenecks() {
     // net_null ports receive endless frames: enough for the switch to learn, forward, filter
-    let script = "show config fwd\nstart\n#pause\nshow port stats 1\nstop\nset fwd io\nquit\n";
+    let script = "show config fwd\nstart\n#pause\nshow port stats 1\nstop\nset fwd io\nstart\nstop\nquit\n";
     let o = run(
         &args(eal("swp"), &["-l", "0", "--vdev=net_null0", "--vdev=net_null1"], &["-i", "--forward-mode=switch", "--bottleneck=rate=1g,queue=64k"]),
         Some(script),
@@ -409,6 +409,9 @@ fn switch_mode_at_the_prompt_shows_its_bottlenecks() {
     assert!(!shown.contains("Bottleneck statistics for port 0 "), "{}", o.stdout);
     // stop prints the switch's block and both ports' bottleneck blocks
     let stopped = o.stdout.split("Telling cores to stop").nth(1).unwrap_or("");
+    // ... and a later io run's stop does not repeat them
+    let io_run = o.stdout.split("Telling cores to stop").nth(2).unwrap_or("");
+    assert!(io_run.contains("Accumulated forward statistics") && !io_run.contains("Switch statistics"), "{}", o.stdout);
     for want in ["Switch statistics", "MACs-learnt: ", "Bottleneck statistics for port 0 ", "Bottleneck statistics for port 1 ", "Enqueued: "] {
         assert!(stopped.contains(want), "'{want}' missing:\n{}", o.stdout);
     }
