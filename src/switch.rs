@@ -362,11 +362,11 @@ impl Egress {
             Forward::Port(_) | Forward::Drop => bump(&self.sw.filtered, 1),
             Forward::Flood => {
                 bump(&self.sw.flooded, 1);
-                // every other port gets a copy, the last one the original
-                let last = if ingress + 1 == n { n.wrapping_sub(2) } else { n - 1 };
                 if n < 2 {
                     return;
                 }
+                // every other port gets a copy, the last of them the original
+                let last = if ingress + 1 == n { n - 2 } else { n - 1 };
                 for p in (0..n).filter(|&p| p != ingress && p != last) {
                     if let Some(c) = self.copy(&m) {
                         self.emit(p, c);
