@@ -10,7 +10,8 @@ use droce_dpdk::{self as dpdk, Eal, LcoreId, Mempool, MempoolConfig, Port, PortC
 use crate::args::{AppOptions, CommandLine, Source};
 use crate::cmdline::{self, Command, PortSel};
 use crate::fwd::{self, Stream, StreamSpec, StreamStats};
-use crate::modes::{self, ModeInfo};
+use crate::modes::{self, Family, ModeInfo};
+use crate::switch::{BottleneckScope, SharedBottleneckStats, SwitchSpec, SwitchStats, SwitchStream};
 use crate::stats::{self, FwdTotals, PortCounters, RateMeter};
 
 /// An error that ends a batch run (exit 1) or is reported at the prompt; always one line.
@@ -49,12 +50,21 @@ struct LastRun {
     per_port: Vec<FwdTotals>,
 }
 
+/// What the switch stream publishes for the main lcore: its own counters and those of its
+/// bottleneck queues (one per port, one shared, or none).
+struct SwitchCounters {
+    sw: Arc<SwitchStats>,
+    bottlenecks: Vec<Arc<SharedBottleneckStats>>,
+}
+
 pub struct App {
     opts: AppOptions,
     mode: &'static ModeInfo,
     ports: Vec<PortState>,
     run: Option<Run>,
     last: Option<LastRun>,
+    /// The switch's own counters while (or since) it ran in switch mode.
+    switch: Option<SwitchCounters>,
     pool: Arc<Mempool>,
     /// Forwarding lcores available (EAL workers).
     workers: Vec<LcoreId>,
@@ -178,7 +188,7 @@ impl App {
         if ports.len() % 2 == 1 && opts.topology == crate::args::Topology::Paired && ports.len() > 1 {
             println!("\nWarning! port-topology=paired and odd forward ports number, the last port will pair with itself.\n");
         }
-        Ok(App { opts, mode, ports, run: None, last: None, pool, workers, _eal: eal })
+        Ok(App { opts, mode, ports, run: None, last: None, switch: None, pool, workers, _eal: eal })
     }
 
     fn nb_ports(&self) -> u16 {
@@ -229,17 +239,34 @@ impl App {
         (0..self.nb_ports()).map(|p| (p, self.opts.topology.peer(p, self.nb_ports()))).collect()
     }
 
+    fn scope(&self) -> BottleneckScope {
+        self.opts.bottleneck_scope.unwrap_or(BottleneckScope::Port)
+    }
+
+    fn is_switch(&self) -> bool {
+        self.mode.family == Family::Switch
+    }
+
+    /// Streams a run has: one per port pair, or the switch's one over all ports.
+    fn nb_streams(&self) -> usize {
+        if self.is_switch() {
+            1
+        } else {
+            self.stream_pairs().len()
+        }
+    }
+
     fn fwd_config_text(&self, batch: bool) -> String {
         let pairs = self.stream_pairs();
-        let (lcores, on_main) = self.plan_lcores(pairs.len(), batch);
+        let (lcores, on_main) = self.plan_lcores(self.nb_streams(), batch);
         let nb_cores = if lcores.is_empty() { 1 } else { lcores.len() };
         let mut s = format!(
             "{} packet forwarding - ports={} - cores={} - streams={} - topology={}\n",
             self.mode.name,
             self.nb_ports(),
             nb_cores,
-            pairs.len(),
-            self.opts.topology.name()
+            self.nb_streams(),
+            if self.is_switch() { "learning" } else { self.opts.topology.name() }
         );
         let where_: Vec<String> = if !lcores.is_empty() {
             lcores.iter().map(|l| format!("Logical Core {l} (socket {})", dpdk::lcore_socket(*l).max(0))).collect()
@@ -248,7 +275,19 @@ impl App {
         } else {
             vec!["A helper thread (no worker lcore enabled; give -l 0-1 for a dedicated lcore)".to_string()]
         };
-        for (i, w) in where_.iter().enumerate() {
+        if self.is_switch() {
+            let all: Vec<String> = (0..self.nb_ports()).map(|p| p.to_string()).collect();
+            s.push_str(&format!("{} forwards packets on 1 stream:\n", where_[0]));
+            s.push_str(&format!("  RX P={}/Q=0 -> TX learnt port, flood to the others\n", all.join(",")));
+            if let Some(b) = &self.opts.bottleneck {
+                let where_ = match self.scope() {
+                    BottleneckScope::Port => "on each egress port",
+                    BottleneckScope::Switch => "shared by all ports (scope switch)",
+                };
+                s.push_str(&format!("  bottleneck {where_}: {}\n", stats::bottleneck_config(b)));
+            }
+        }
+        for (i, w) in where_.iter().enumerate().filter(|_| !self.is_switch()) {
             let mine: Vec<&(u16, u16)> = pairs.iter().enumerate().filter(|(j, _)| j % where_.len() == i).map(|(_, p)| p).collect();
             s.push_str(&format!("{w} forwards packets on {} streams:\n", mine.len()));
             for (rx, tx) in mine {
@@ -269,7 +308,7 @@ impl App {
             return Err("packet forwarding already started; type 'stop' first".into());
         }
         let pairs = self.stream_pairs();
-        let (lcores, _) = self.plan_lcores(pairs.len(), batch);
+        let (lcores, _) = self.plan_lcores(self.nb_streams(), batch);
         print!("{}", self.fwd_config_text(batch));
         let base: Vec<PortCounters> = (0..self.nb_ports()).map(|p| self.counters(p)).collect();
         // The first "Throughput (since last show)" of a run then covers the run so far.
@@ -277,8 +316,27 @@ impl App {
         for (st, c) in self.ports.iter_mut().zip(&base) {
             st.meter.update(now, c);
         }
-        let mut built: Vec<(Box<dyn Stream>, Stream1)> = Vec::new();
-        for (rx, tx) in pairs {
+        // each stream with the counters it feeds (the switch feeds one set per port)
+        let mut built: Vec<(Box<dyn Stream>, Vec<Stream1>)> = Vec::new();
+        self.switch = None;
+        if self.is_switch() {
+            let sw = SwitchStream::new(SwitchSpec {
+                ports: self.ports.iter().map(|p| p.port.clone()).collect(),
+                queue: QueueId(0),
+                pool: self.pool.clone(),
+                burst: self.opts.burst,
+                bottleneck: self.opts.bottleneck.map(|b| (b, self.scope())),
+            });
+            let infos = sw.port_stats().into_iter().enumerate().map(|(p, st)| Stream1 { rx_port: p as u16, tx_port: p as u16, lcore: None, stats: st }).collect();
+            self.switch = Some(SwitchCounters { sw: sw.switch_stats(), bottlenecks: sw.bottleneck_stats() });
+            built.push((Box::new(sw), infos));
+        }
+        let kind = match self.mode.family {
+            Family::Forward(k) => k,
+            Family::Switch => crate::modes::FwdKind::Io,
+        };
+        // a forwarding mode's streams, one per port pair (none in switch mode)
+        for (rx, tx) in pairs.into_iter().filter(|_| !self.is_switch()) {
             let spec = StreamSpec {
                 rx_port: self.ports[rx as usize].port.clone(),
                 tx_port: self.ports[tx as usize].port.clone(),
@@ -290,17 +348,17 @@ impl App {
                 peer_mac: self.peer_mac(tx),
                 tx_first,
             };
-            let s = fwd::build(self.mode, spec);
+            let s = fwd::build(kind, spec);
             let info = Stream1 { rx_port: rx, tx_port: tx, lcore: None, stats: s.stats().clone() };
-            built.push((s, info));
+            built.push((s, vec![info]));
         }
         let stop = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::new();
         let mut main_streams = Vec::new();
         let mut infos = Vec::new();
         if lcores.is_empty() {
-            let (streams, mut i): (Vec<_>, Vec<_>) = built.into_iter().unzip();
-            infos.append(&mut i);
+            let (streams, i): (Vec<_>, Vec<_>) = built.into_iter().unzip();
+            infos.extend(i.into_iter().flatten());
             if batch {
                 main_streams = streams;
             } else {
@@ -321,9 +379,11 @@ impl App {
         } else {
             let mut per: Vec<Vec<Box<dyn Stream>>> = (0..lcores.len()).map(|_| Vec::new()).collect();
             for (j, (s, mut info)) in built.into_iter().enumerate() {
-                info.lcore = Some(lcores[j % lcores.len()]);
+                for i in info.iter_mut() {
+                    i.lcore = Some(lcores[j % lcores.len()]);
+                }
                 per[j % lcores.len()].push(s);
-                infos.push(info);
+                infos.append(&mut info);
             }
             for (l, streams) in lcores.iter().zip(per) {
                 let stop2 = stop.clone();
@@ -378,9 +438,47 @@ impl App {
         run.main_streams.clear();
         let per_port = self.totals(&run);
         print!("{}", fwd_report(&per_port));
+        print!("{}", self.switch_report());
         println!("\nDone.");
         self.last = Some(LastRun { per_port });
         Ok(())
+    }
+
+    /// The switch's block (MACs, floods, filtered frames), empty outside switch mode.
+    fn switch_block(&self) -> String {
+        match &self.switch {
+            Some(c) => stats::switch_block(&stats::SwitchTotals {
+                macs: c.sw.macs.load(Ordering::Relaxed),
+                flooded: c.sw.flooded.load(Ordering::Relaxed),
+                filtered: c.sw.filtered.load(Ordering::Relaxed),
+                copy_failed: c.sw.copy_failed.load(Ordering::Relaxed),
+            }),
+            None => String::new(),
+        }
+    }
+
+    /// The bottleneck blocks of `ports` (port scope), or the shared queue's block (switch scope).
+    fn bottleneck_report(&self, ports: &[u16]) -> String {
+        let Some(c) = &self.switch else { return String::new() };
+        let mut s = String::new();
+        if self.scope() == BottleneckScope::Switch {
+            if let Some(b) = c.bottlenecks.first() {
+                s.push_str(&stats::bottleneck_block("all ports (scope switch)", &b.load()));
+            }
+            return s;
+        }
+        for &p in ports {
+            if let Some(b) = c.bottlenecks.get(usize::from(p)) {
+                s.push_str(&stats::bottleneck_block(&format!("port {p}"), &b.load()));
+            }
+        }
+        s
+    }
+
+    /// Everything the switch counted: its block and its bottlenecks' (empty in other modes).
+    fn switch_report(&self) -> String {
+        let all: Vec<u16> = (0..self.nb_ports()).collect();
+        format!("{}{}", self.switch_block(), self.bottleneck_report(&all))
     }
 
     fn show_port_stats(&mut self, ports: &[u16]) {
@@ -391,6 +489,7 @@ impl App {
             let t = self.ports[p as usize].meter.update(now, &c);
             out.push_str(&stats::nic_stats_block(p, &c, &t));
         }
+        out.push_str(&self.bottleneck_report(ports));
         print!("{out}");
         let _ = std::io::stdout().flush();
     }
@@ -517,6 +616,9 @@ impl App {
                 self.while_stopped("set fwd")?;
                 self.mode = modes::lookup(m).ok_or("unknown mode")?;
                 println!("Set {} packet forwarding mode", self.mode.name);
+                if self.opts.bottleneck.is_some() && !self.is_switch() {
+                    println!("Note: --bottleneck applies to the switch mode only; {} runs without it", self.mode.name);
+                }
             }
             Command::SetBurst(n) => {
                 self.while_stopped("set burst")?;
@@ -652,6 +754,7 @@ impl App {
                     println!("\nPort statistics ====================================");
                     let all: Vec<u16> = (0..self.nb_ports()).collect();
                     self.show_port_stats(&all);
+                    print!("{}", self.switch_block());
                     next_stats = period.map(|p| t + p);
                 }
             }

@@ -12,6 +12,8 @@
 use std::fmt;
 
 use crate::modes;
+use crate::switch::BottleneckScope;
+use droce_transport::bottleneck::BottleneckConfig;
 
 /// One line saying what is wrong and what would be right; printed as `droce-pmd: error: ...`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +87,10 @@ pub struct AppOptions {
     pub topology: Topology,
     /// `--eth-peer=N,MAC`: destination MAC used by txonly and mac modes for port N.
     pub eth_peers: Vec<(u16, [u8; 6])>,
+    /// `--bottleneck=SPEC`: the switch mode's emulated bottleneck.
+    pub bottleneck: Option<BottleneckConfig>,
+    /// `--bottleneck-scope`: a queue per egress port, or one for the whole switch.
+    pub bottleneck_scope: Option<BottleneckScope>,
     pub help: bool,
 }
 
@@ -106,6 +112,8 @@ impl Default for AppOptions {
             run_time: None,
             topology: Topology::Paired,
             eth_peers: Vec::new(),
+            bottleneck: None,
+            bottleneck_scope: None,
             help: false,
         }
     }
@@ -139,6 +147,7 @@ pub enum Source {
 
 /// What `main` should do.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // made once per process
 pub enum Parsed {
     Run(CommandLine),
     /// `-h` / `--help` on either side of `--`.
@@ -449,7 +458,7 @@ pub const APP_OPTIONS: &[AppOption] = &[
     AppOption { long: "auto-start", short: Some('a'), value: None, help: "start forwarding at once (batch mode)" },
     AppOption { long: "tx-first", short: None, value: None, help: "send one burst on every port before forwarding (io/mac/macswap)" },
     AppOption { long: "stats-period", short: None, value: Some("SECS"), help: "print port statistics every SECS seconds (batch mode)" },
-    AppOption { long: "forward-mode", short: None, value: Some("MODE"), help: "forwarding mode: io, mac, macswap, rxonly, txonly (default io)" },
+    AppOption { long: "forward-mode", short: None, value: Some("MODE"), help: "forwarding mode: io, mac, macswap, rxonly, txonly, switch (default io)" },
     AppOption { long: "txpkts", short: None, value: Some("SIZE"), help: "frame size in bytes built by txonly, 42..mbuf room (default 64)" },
     AppOption { long: "burst", short: None, value: Some("N"), help: "packets per burst, 1..512 (default 32)" },
     AppOption { long: "total-num-mbufs", short: None, value: Some("N"), help: "mbufs in the pool, >= 1024 (default 8192 per port)" },
@@ -460,6 +469,8 @@ pub const APP_OPTIONS: &[AppOption] = &[
     AppOption { long: "run-time", short: None, value: Some("SECS"), help: "batch mode: stop and exit after SECS seconds (decimals allowed)" },
     AppOption { long: "port-topology", short: None, value: Some("T"), help: "paired (0<->1, 2<->3), chained or loop (default paired)" },
     AppOption { long: "eth-peer", short: None, value: Some("N,MAC"), help: "destination MAC for port N in txonly/mac modes" },
+    AppOption { long: "bottleneck", short: None, value: Some("SPEC"), help: "switch mode: emulated bottleneck, e.g. rate=2g,queue=256k,kmin=20k,kmax=80k,pmax=0.2,seed=1" },
+    AppOption { long: "bottleneck-scope", short: None, value: Some("S"), help: "port (a queue per egress port, default) or switch (one queue for all)" },
     AppOption { long: "help", short: Some('h'), value: None, help: "this help" },
 ];
 
@@ -506,6 +517,23 @@ pub fn parse_app(args: &[String]) -> Result<AppOptions, UsageError> {
         };
         apply(&mut o, opt, value.as_deref())?;
         i += 1;
+    }
+    if o.bottleneck.is_some() && o.forward_mode != "switch" {
+        return Err(usage_err!(
+            "--bottleneck works in the switch mode only (it is the switch's egress queue); add --forward-mode=switch"
+        ));
+    }
+    if o.bottleneck_scope.is_some() && o.bottleneck.is_none() {
+        return Err(usage_err!("--bottleneck-scope needs --bottleneck=SPEC, e.g. --bottleneck=rate=2g,queue=256k"));
+    }
+    if let Some(b) = &o.bottleneck {
+        let frame = usize::from(o.mbuf_size.saturating_sub(MBUF_HEADROOM));
+        if b.queue_bytes < frame {
+            return Err(usage_err!(
+                "--bottleneck: queue={} B is less than one frame of up to {frame} B, so such frames would always be dropped; give queue >= {frame}",
+                b.queue_bytes
+            ));
+        }
     }
     if o.txpkts > o.mbuf_size.saturating_sub(MBUF_HEADROOM) {
         return Err(usage_err!(
@@ -578,6 +606,18 @@ fn apply(o: &mut AppOptions, opt: &AppOption, v: Option<&str>) -> Result<(), Usa
             let mac = parse_mac(mac).ok_or_else(|| usage_err!("--eth-peer: '{mac}' is not a MAC address like 02:00:00:00:00:01"))?;
             o.eth_peers.retain(|(q, _)| *q != port);
             o.eth_peers.push((port, mac));
+        }
+        "bottleneck" => {
+            o.bottleneck = Some(val().parse::<BottleneckConfig>().map_err(|e| {
+                usage_err!("--bottleneck={}: {e}; write e.g. --bottleneck=rate=2g,queue=256k,kmin=20k,kmax=80k,pmax=0.2,seed=1", val())
+            })?)
+        }
+        "bottleneck-scope" => {
+            o.bottleneck_scope = Some(match val() {
+                "port" => BottleneckScope::Port,
+                "switch" => BottleneckScope::Switch,
+                other => return Err(usage_err!("--bottleneck-scope={other} is not one of port, switch")),
+            })
         }
         other => return Err(usage_err!("option --{other} is listed but not handled (bug)")),
     }
@@ -759,6 +799,16 @@ mod tests {
             ("-- --eth-peer=0,zz", "MAC"),
             ("-- --total-num-mbufs=10", "1024"),
             ("-- --port-topology=ring", "paired, chained, loop"),
+            ("-- --forward-mode=switch --bottleneck=rate=0", "rate must be above 0"),
+            ("-- --forward-mode=switch --bottleneck=rate=fast", "'fast' is not a rate"),
+            ("-- --forward-mode=switch --bottleneck=speed=1g", "unknown bottleneck key 'speed'"),
+            ("-- --forward-mode=switch --bottleneck=kmin=90k,kmax=80k", "kmin 92160 is above kmax 81920"),
+            ("-- --forward-mode=switch --bottleneck=pmax=2", "pmax 2 is not within 0..=1"),
+            ("-- --forward-mode=switch --bottleneck=rate=1g,queue=1k", "less than one frame"),
+            ("-- --bottleneck=rate=1g", "works in the switch mode only"),
+            ("-- --bottleneck=rate=1g --forward-mode=io", "works in the switch mode only"),
+            ("-- --forward-mode=switch --bottleneck-scope=switch", "needs --bottleneck"),
+            ("-- --forward-mode=switch --bottleneck=rate=1g --bottleneck-scope=trunk", "port, switch"),
             ("-- stray", "unexpected app argument"),
         ] {
             let e = err(line);
@@ -782,6 +832,17 @@ mod tests {
         assert_eq!(Topology::Paired.peer(0, 1), 0);
         assert_eq!(Topology::Chained.peer(2, 3), 0);
         assert_eq!(Topology::Loop.peer(1, 2), 1);
+    }
+
+    #[test]
+    fn switch_with_a_bottleneck() {
+        let c = run("-- --bottleneck=rate=2g,queue=256k,kmin=20k,kmax=80k,pmax=0.2,seed=1 --forward-mode=switch --bottleneck-scope=switch");
+        assert_eq!(c.app.forward_mode, "switch");
+        let b = c.app.bottleneck.unwrap();
+        assert_eq!((b.rate_bps, b.queue_bytes, b.kmin, b.kmax, b.pmax, b.seed), (2_000_000_000, 256 << 10, 20 << 10, 80 << 10, 0.2, 1));
+        assert_eq!(c.app.bottleneck_scope, Some(BottleneckScope::Switch));
+        let c = run("-- --forward-mode=switch");
+        assert_eq!((c.app.bottleneck, c.app.bottleneck_scope), (None, None));
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ("show fwd stats all", "forward statistics of the current or last run"),
     ("clear fwd stats all", "reset forward statistics"),
     ("show config fwd", "forwarding mode, streams, lcores, burst, frame size"),
-    ("set fwd MODE", "forwarding mode: io, mac, macswap, rxonly, txonly"),
+    ("set fwd MODE", "forwarding mode: io, mac, macswap, rxonly, txonly, switch"),
     ("set burst N", "packets per burst (1..512), while stopped"),
     ("set txpkts SIZE", "txonly frame size (42..mbuf room), while stopped"),
     ("set nbcore N", "forwarding lcores to use, while stopped"),

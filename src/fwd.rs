@@ -11,7 +11,7 @@ use std::sync::Arc;
 use droce_dpdk::{MbufBatch, Mempool, Port, QueueId};
 
 use crate::args::MAX_BURST;
-use crate::modes::{Family, FwdKind, ModeInfo};
+use crate::modes::FwdKind;
 use crate::pkt;
 
 /// Counters of one stream. Written by the one lcore that polls the stream (plain load + store,
@@ -54,10 +54,9 @@ pub trait Stream: Send {
     fn stats(&self) -> &Arc<StreamStats>;
 }
 
-/// Builds the stream of `mode` for `spec`.
-pub fn build(mode: &ModeInfo, spec: StreamSpec) -> Box<dyn Stream> {
+/// Builds the stream of a one-pair forwarding mode for `spec`.
+pub fn build(kind: FwdKind, spec: StreamSpec) -> Box<dyn Stream> {
     let stats = Arc::new(StreamStats::default());
-    let Family::Forward(kind) = mode.family;
     let frame = pkt::udp_ipv4_frame(spec.txpkts, spec.tx_mac, spec.peer_mac);
     let mut headers = [0u8; HDR_LEN];
     headers.copy_from_slice(&frame[..HDR_LEN]);

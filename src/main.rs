@@ -14,6 +14,7 @@ mod modes;
 mod pkt;
 mod rdma;
 mod stats;
+mod switch;
 
 fn main() {
     capture::default_sigpipe();

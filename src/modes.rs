@@ -34,6 +34,8 @@ pub enum FwdKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
     Forward(FwdKind),
+    /// One stream over every port: the L2 learning switch of `crate::switch`.
+    Switch,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +52,7 @@ pub const MODES: &[ModeInfo] = &[
     ModeInfo { name: "macswap", summary: "forward with src and dst MAC swapped", family: Family::Forward(FwdKind::MacSwap) },
     ModeInfo { name: "rxonly", summary: "receive and free (count only)", family: Family::Forward(FwdKind::RxOnly) },
     ModeInfo { name: "txonly", summary: "send UDP/IPv4 frames of --txpkts bytes", family: Family::Forward(FwdKind::TxOnly) },
+    ModeInfo { name: "switch", summary: "L2 learning switch over all ports (optional --bottleneck)", family: Family::Switch },
 ];
 
 pub fn lookup(name: &str) -> Option<&'static ModeInfo> {
@@ -66,7 +69,8 @@ mod tests {
 
     #[test]
     fn registry() {
-        assert_eq!(names(), vec!["io", "mac", "macswap", "rxonly", "txonly"]);
+        assert_eq!(names(), vec!["io", "mac", "macswap", "rxonly", "txonly", "switch"]);
+        assert_eq!(lookup("switch").map(|m| m.family), Some(Family::Switch));
         assert_eq!(lookup("txonly").map(|m| m.family), Some(Family::Forward(FwdKind::TxOnly)));
         assert!(lookup("flowgen").is_none());
     }

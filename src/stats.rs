@@ -156,6 +156,52 @@ pub fn accumulated_block(t: &FwdTotals) -> String {
     s
 }
 
+/// Counters of the switch mode as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SwitchTotals {
+    pub macs: u64,
+    pub flooded: u64,
+    pub filtered: u64,
+    pub copy_failed: u64,
+}
+
+/// The switch's block, bordered like the forward statistics.
+pub fn switch_block(t: &SwitchTotals) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n  {FWD_BORDER} Switch statistics {FWD_BORDER}-----------");
+    let _ = writeln!(s, "  MACs-learnt: {:<13} Flooded: {:<14} Filtered: {}", t.macs, t.flooded, t.filtered);
+    if t.copy_failed > 0 {
+        let _ = writeln!(s, "  Flood-copy-failed: {}", t.copy_failed);
+    }
+    let _ = writeln!(s, "  {FWD_BORDER}--------------------------------{FWD_BORDER}");
+    s
+}
+
+/// The bottleneck's settings in the CLI's own text form (what `--bottleneck=` takes).
+pub fn bottleneck_config(b: &droce_transport::bottleneck::BottleneckConfig) -> String {
+    format!("rate={} queue={} B kmin={} B kmax={} B pmax={} seed={}", rate_text(b.rate_bps), b.queue_bytes, b.kmin, b.kmax, b.pmax, b.seed)
+}
+
+/// Bits per second in the largest decimal unit that divides them.
+fn rate_text(bps: u64) -> String {
+    for (div, unit) in [(1_000_000_000, "g"), (1_000_000, "m"), (1_000, "k")] {
+        if bps >= div && bps.is_multiple_of(div) {
+            return format!("{}{unit}", bps / div);
+        }
+    }
+    bps.to_string()
+}
+
+/// One bottleneck queue's counters: what it took, dropped and marked, and what it released.
+pub fn bottleneck_block(what: &str, b: &droce_transport::bottleneck::BottleneckStats) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "\n  {FWD_BORDER} Bottleneck statistics for {what} {FWD_BORDER}");
+    let _ = writeln!(s, "  Enqueued: {:<14} Dropped: {:<14} Marked: {}", b.enqueued, b.dropped, b.marked);
+    let _ = writeln!(s, "  Dequeued: {:<14} Bytes-out: {:<12} Queue-bytes: {} (max {})", b.dequeued, b.bytes_out, b.queue_bytes, b.max_queue_bytes);
+    let _ = writeln!(s, "  {FWD_BORDER}--------------------------------{FWD_BORDER}");
+    s
+}
+
 /// Formats a MAC address the way testpmd prints it.
 pub fn mac(m: &[u8; 6]) -> String {
     format!("{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}", m[0], m[1], m[2], m[3], m[4], m[5])
@@ -193,6 +239,19 @@ Tx-pps:          511          Tx-bps:            0\n  \
         let a = accumulated_block(&t);
         assert!(a.contains("+++++++++++++++ Accumulated forward statistics for all ports+++++++++++++++"));
         assert!(a.ends_with("  ++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++\n"));
+    }
+
+    #[test]
+    fn bottleneck_lines() {
+        let b = droce_transport::bottleneck::BottleneckStats { enqueued: 10, dropped: 2, marked: 3, dequeued: 9, bytes_out: 9000, queue_bytes: 1000, max_queue_bytes: 4000 };
+        let s = bottleneck_block("port 1", &b);
+        assert!(s.contains("Bottleneck statistics for port 1 "), "{s}");
+        assert!(s.contains("  Enqueued: 10             Dropped: 2              Marked: 3\n"), "{s}");
+        assert!(s.contains("  Dequeued: 9              Bytes-out: 9000         Queue-bytes: 1000 (max 4000)\n"), "{s}");
+        let c: droce_transport::bottleneck::BottleneckConfig = "rate=2g,queue=256k,kmin=20k,kmax=80k,pmax=0.2,seed=1".parse().unwrap();
+        assert_eq!(bottleneck_config(&c), "rate=2g queue=262144 B kmin=20480 B kmax=81920 B pmax=0.2 seed=1");
+        assert_eq!(rate_text(2_500_000_000), "2500m");
+        assert_eq!(rate_text(1234), "1234");
     }
 
     #[test]

@@ -392,6 +392,33 @@ fn prompt_over_stdin() {
 }
 
 #[test]
+fn switch_mode_at_the_prompt_shows_its_bottlenecks() {
+    // net_null ports receive endless frames: enough for the switch to learn, forward, filter
+    let script = "show config fwd\nstart\n#pause\nshow port stats 1\nstop\nset fwd io\nstart\nstop\nquit\n";
+    let o = run(
+        &args(eal("swp"), &["-l", "0", "--vdev=net_null0", "--vdev=net_null1"], &["-i", "--forward-mode=switch", "--bottleneck=rate=1g,queue=64k"]),
+        Some(script),
+    );
+    assert_ok(&o);
+    assert!(o.stdout.contains("switch packet forwarding - ports=2 - cores=1 - streams=1 - topology=learning"), "{}", o.stdout);
+    assert!(o.stdout.contains("  RX P=0,1/Q=0 -> TX learnt port, flood to the others"), "{}", o.stdout);
+    assert!(o.stdout.contains("  bottleneck on each egress port: rate=1g queue=65536 B kmin=40960 B kmax=163840 B pmax=0.2 seed=1"), "{}", o.stdout);
+    // `show port stats 1` adds port 1's bottleneck block, and only that one
+    let shown = o.stdout.split("NIC statistics for port 1").nth(1).and_then(|r| r.split("Telling cores to stop").next()).unwrap_or("");
+    assert!(shown.contains("Bottleneck statistics for port 1 "), "{}", o.stdout);
+    assert!(!shown.contains("Bottleneck statistics for port 0 "), "{}", o.stdout);
+    // stop prints the switch's block and both ports' bottleneck blocks
+    let stopped = o.stdout.split("Telling cores to stop").nth(1).unwrap_or("");
+    // ... and a later io run's stop does not repeat them
+    let io_run = o.stdout.split("Telling cores to stop").nth(2).unwrap_or("");
+    assert!(io_run.contains("Accumulated forward statistics") && !io_run.contains("Switch statistics"), "{}", o.stdout);
+    for want in ["Switch statistics", "MACs-learnt: ", "Bottleneck statistics for port 0 ", "Bottleneck statistics for port 1 ", "Enqueued: "] {
+        assert!(stopped.contains(want), "'{want}' missing:\n{}", o.stdout);
+    }
+    assert!(o.stdout.contains("Note: --bottleneck applies to the switch mode only; io runs without it"), "{}", o.stdout);
+}
+
+#[test]
 fn prompt_ends_on_end_of_input() {
     let o = run(&args(eal("eof"), &["-l", "0", "--vdev=net_null0"], &["-i", "-a"]), Some("show port stats all\n"));
     assert_ok(&o);

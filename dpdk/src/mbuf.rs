@@ -260,6 +260,23 @@ impl Mbuf {
     }
 }
 
+/// The frame's bytes (first segment), so that code generic over frames can hold mbufs: the
+/// transport's sans-IO bottleneck model (`droce_transport::bottleneck::Bottleneck<T: AsMut<[u8]>>`)
+/// queues them as they are and CE-marks their IP header in place.
+impl AsMut<[u8]> for Mbuf {
+    #[inline]
+    fn as_mut(&mut self) -> &mut [u8] {
+        self.data_mut()
+    }
+}
+
+impl AsRef<[u8]> for Mbuf {
+    #[inline]
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
 impl Drop for Mbuf {
     #[allow(unsafe_code)]
     #[inline]

@@ -212,8 +212,12 @@ fn ring_loopback_end_to_end() {
     }
     assert_eq!(b.retain(|m| m.data()[0] % 2 == 0), 4);
     assert_eq!(b.iter().map(|m| m.data()[0]).collect::<Vec<_>>(), vec![0, 2, 4, 6]);
-    let popped = b.pop().unwrap();
+    let mut popped = b.pop().unwrap();
     assert_eq!(popped.data(), &[6]);
+    // AsRef / AsMut are the frame's bytes, writable in place (generic frame holders use them)
+    popped.as_mut()[0] = 7;
+    assert_eq!(AsRef::<[u8]>::as_ref(&popped), &[7]);
+    popped.as_mut()[0] = 6;
     assert!(b.push(popped).is_ok());
     drop(b);
     assert_eq!(pool.in_use_count(), baseline);
