@@ -196,7 +196,7 @@ fn rate_text(bps: u64) -> String {
 pub fn bottleneck_block(what: &str, b: &droce_transport::bottleneck::BottleneckStats) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n  {FWD_BORDER} Bottleneck statistics for {what} {FWD_BORDER}");
-    let _ = writeln!(s, "  Enqueued: {:<14} Dropped: {:<14} Marked: {}", b.enqueued, b.dropped, b.marked);
+    let _ = writeln!(s, "  Offered: {:<15} Dropped: {:<14} Marked: {}", b.enqueued, b.dropped, b.marked);
     let _ = writeln!(s, "  Dequeued: {:<14} Bytes-out: {:<12} Queue-bytes: {} (max {})", b.dequeued, b.bytes_out, b.queue_bytes, b.max_queue_bytes);
     let _ = writeln!(s, "  {FWD_BORDER}--------------------------------{FWD_BORDER}");
     s
@@ -246,7 +246,7 @@ Tx-pps:          511          Tx-bps:            0\n  \
         let b = droce_transport::bottleneck::BottleneckStats { enqueued: 10, dropped: 2, marked: 3, dequeued: 9, bytes_out: 9000, queue_bytes: 1000, max_queue_bytes: 4000 };
         let s = bottleneck_block("port 1", &b);
         assert!(s.contains("Bottleneck statistics for port 1 "), "{s}");
-        assert!(s.contains("  Enqueued: 10             Dropped: 2              Marked: 3\n"), "{s}");
+        assert!(s.contains("  Offered: 10              Dropped: 2              Marked: 3\n"), "{s}");
         assert!(s.contains("  Dequeued: 9              Bytes-out: 9000         Queue-bytes: 1000 (max 4000)\n"), "{s}");
         let c: droce_transport::bottleneck::BottleneckConfig = "rate=2g,queue=256k,kmin=20k,kmax=80k,pmax=0.2,seed=1".parse().unwrap();
         assert_eq!(bottleneck_config(&c), "rate=2g queue=262144 B kmin=20480 B kmax=81920 B pmax=0.2 seed=1");

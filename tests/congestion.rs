@@ -292,7 +292,7 @@ fn bottleneck(sw: &str, what: &str) -> (u64, u64, u64, u64, u64) {
     let block = sw.split(&head).nth(1).unwrap_or_else(|| panic!("no '{head}' block:\n{sw}"));
     let block = block.split("\n\n").next().unwrap_or("");
     let c = |n| counter(block, n);
-    (c("Enqueued"), c("Dropped"), c("Marked"), c("Dequeued"), c("Bytes-out"))
+    (c("Offered"), c("Dropped"), c("Marked"), c("Dequeued"), c("Bytes-out"))
 }
 
 /// "BW average[MB/sec]" of a perftest bw report.
@@ -312,11 +312,11 @@ fn two_pairs_share_one_bottleneck() {
     assert_pairs_verified(&run);
     let sw = &run.switch.out;
     assert!(sw.contains("bottleneck shared by all ports (scope switch): rate=500m queue=131072 B kmin=16384 B kmax=65536 B pmax=0.2 seed=1"), "{sw}");
-    let (enq, dropped, marked, deq, bytes) = bottleneck(sw, "all ports (scope switch)");
+    let (offered, dropped, marked, deq, bytes) = bottleneck(sw, "all ports (scope switch)");
     // the bottleneck bit: frames were dropped at the full queue (or marked, for ECN-capable ones)
     assert!(dropped + marked > 0, "the bottleneck never bit:\n{sw}");
     // every forwarded frame went through the one queue, and it drained: nothing held back
-    assert_eq!(enq, deq, "{sw}");
+    assert_eq!(offered, deq + dropped, "{sw}");
     let acc = sw.split("Accumulated").nth(1).unwrap_or("");
     assert_eq!(deq, counter(acc, "TX-packets") + counter(acc, "TX-dropped"), "{sw}");
     // both pairs' data crossed it (200 x 64 KiB at least, retransmissions on top)
@@ -336,14 +336,14 @@ fn a_bottleneck_on_each_egress_port() {
     // the data flows towards the servers (links 1 and 3): their queues overflowed; the ACKs
     // towards the clients (links 0 and 2) are small and few
     for p in [1, 3] {
-        let (enq, dropped, _, deq, bytes) = bottleneck(sw, &format!("port {p}"));
+        let (offered, dropped, _, deq, bytes) = bottleneck(sw, &format!("port {p}"));
         assert!(dropped > 0, "port {p}:\n{sw}");
-        assert_eq!(enq, deq, "port {p}:\n{sw}");
+        assert_eq!(offered, deq + dropped, "port {p}:\n{sw}");
         assert!(bytes >= 60 * 65536, "port {p}:\n{sw}");
     }
     for p in [0, 2] {
-        let (enq, dropped, _, deq, _) = bottleneck(sw, &format!("port {p}"));
-        assert!(enq > 0 && enq == deq && dropped == 0, "port {p}:\n{sw}");
+        let (offered, dropped, _, deq, _) = bottleneck(sw, &format!("port {p}"));
+        assert!(offered > 0 && offered == deq && dropped == 0, "port {p}:\n{sw}");
     }
     for (_, c) in &run.pairs {
         assert!(bw_average(&c.out) <= RATE_MB_S * 1.05, "{}", c.out);
@@ -436,10 +436,10 @@ fn the_bottleneck_marks_ect_frames_in_place_and_paces_them() {
     ];
     let d = Proc::spawn(0, &vdevs, &v("--forward-mode=switch --bottleneck=rate=100m,queue=64k,kmin=8k,kmax=32k --run-time=1")).finish();
     assert_eq!((d.code, d.signal), (Some(0), None), "{}", d.out);
-    let (enq, dropped, marked, deq, bytes) = bottleneck(&d.out, "port 1");
-    assert_eq!(enq + dropped, 200, "{}", d.out);
+    let (offered, dropped, marked, deq, bytes) = bottleneck(&d.out, "port 1");
+    assert_eq!(offered, 200, "{}", d.out);
     assert!(dropped > 0 && marked > 0, "{}", d.out);
-    assert_eq!((enq, bytes), (deq, deq * 1000), "{}", d.out);
+    assert_eq!((offered - dropped, bytes), (deq, deq * 1000), "{}", d.out);
     let sent = read_pcap(&out1);
     assert_eq!(sent.len() as u64, deq, "{}", d.out);
     // the marks are in the frames that left: CE instead of ECT(0), header checksum still valid

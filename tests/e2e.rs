@@ -412,7 +412,7 @@ fn switch_mode_at_the_prompt_shows_its_bottlenecks() {
     // ... and a later io run's stop does not repeat them
     let io_run = o.stdout.split("Telling cores to stop").nth(2).unwrap_or("");
     assert!(io_run.contains("Accumulated forward statistics") && !io_run.contains("Switch statistics"), "{}", o.stdout);
-    for want in ["Switch statistics", "MACs-learnt: ", "Bottleneck statistics for port 0 ", "Bottleneck statistics for port 1 ", "Enqueued: "] {
+    for want in ["Switch statistics", "MACs-learnt: ", "Bottleneck statistics for port 0 ", "Bottleneck statistics for port 1 ", "Offered: "] {
         assert!(stopped.contains(want), "'{want}' missing:\n{}", o.stdout);
     }
     assert!(o.stdout.contains("Note: --bottleneck applies to the switch mode only; io runs without it"), "{}", o.stdout);
