@@ -411,3 +411,44 @@ fn rc_takes_cnps_only_from_its_peer() {
     let c = p.a.dev.counters();
     assert_eq!((c.cnp_rcvd, c.cc_rate_cuts, c.rcvd_not_for_us), (0, 0, 1));
 }
+
+/// A READ is congested on the responder's side: CE marks on b's READ responses make a's
+/// NP send CNPs to b's QP, whose READ responses are then paced; a's requests are not.
+#[test]
+fn marked_read_responses_slow_the_responder() {
+    let mut p = pair(CcConfig::default());
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    let (len, reads) = (64 * 1024usize, 16u64);
+    let data: Vec<u8> = (0..len * reads as usize).map(|i| (i * 31 + 5) as u8).collect();
+    p.b.dev.memory_mut().write(MEM_BASE + 0x10_0000, &data).unwrap();
+    let (lk, rk) = (p.a.mr.lkey, p.b.mr.rkey);
+    // One READ at a time, the next posted when the previous completes.
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut seen = Seen::default();
+    let is_read_response = |f: &[u8]| opcode(f).info().is_response() && opcode(f) != Opcode::RcAcknowledge;
+    let ok = run(&mut p, &mut seen, 1_000_000, |_, to_b, f| !to_b && is_read_response(f), |p| {
+        while let Some(wc) = p.a.poll() {
+            assert_eq!(wc.status, WcStatus::Success);
+            done += 1;
+        }
+        if posted == done && posted < reads {
+            let off = posted * len as u64;
+            let wr = SendWr::new(posted, SendOpcode::Read).with_sge(MEM_BASE + off, len as u32, lk).with_remote(MEM_BASE + 0x10_0000 + off, rk);
+            p.a.dev.post_send(qa, wr).unwrap();
+            posted += 1;
+        }
+        done == reads
+    });
+    assert!(ok);
+    assert_eq!(p.a.dev.memory().slice(MEM_BASE, data.len()), &data[..]);
+    let (ca, cb) = (p.a.dev.counters(), p.b.dev.counters());
+    assert!(ca.ecn_ce_rcvd >= 1024 && ca.cnp_sent >= 10, "{ca:?}");
+    assert_eq!(cb.cnp_rcvd, ca.cnp_sent);
+    assert!(cb.cc_rate_cuts >= 1 && cb.cc_pacing_stalls > 0, "{cb:?}");
+    assert!(p.b.dev.qp_rate_bps(qb).unwrap() < CcConfig::default().line_rate_bps);
+    assert_eq!((ca.cnp_rcvd, ca.cc_pacing_stalls), (0, 0), "the requester is not slowed");
+    // Once paced, b's READ responses leave spread out, not in one instant.
+    let first_cnp_at = seen.frames.iter().find(|(_, to_b, f)| *to_b && opcode(f) == Opcode::Cnp).unwrap().0;
+    let times: std::collections::BTreeSet<Instant> = seen.frames.iter().filter(|(t, to_b, f)| !*to_b && *t > first_cnp_at + DELAY && is_read_response(f)).map(|x| x.0).collect();
+    assert!(times.len() > 100, "READ responses left at {} distinct instants", times.len());
+}
