@@ -120,7 +120,11 @@ fn post_write(p: &mut Pair, qa: QpHandle, id: u64, off: u64, len: usize) -> Vec<
 /// opcode 0x81, 16 reserved bytes, ICRC), checked against Scapy's `scapy/contrib/roce.py`
 /// (`cnp(dqpn)`: `BTH(opcode=0x81, becn=1, dqpn=dqpn) / CNPPadding()`, two reserved 64-bit
 /// zero words; P_Key 0xFFFF, PSN 0, AckReq 0, FECN 0 by default) and droce's opcode table
-/// (`wire/opcode.rs`: CNP = BTH + 16-byte reserved header, 28 bytes). The ICRC below was
+/// (`wire/opcode.rs`: CNP = BTH + 16-byte reserved header, 28 bytes). Wireshark's
+/// `packet-infiniband.c` (the copy read) dissects the 12-byte BTH field by field (BTH byte
+/// 4, FECN/BECN, as one reserved byte) and shows what follows an opcode it has no header
+/// sequence for, 0x81 included, as vendor data before the 4-byte ICRC: it has no
+/// CNP-specific fields to compare, and nothing in it contradicts this layout. The ICRC below was
 /// computed independently of droce (zlib CRC-32 over 8 x 0xFF, the IP packet with TOS,
 /// TTL, IPv4 checksum, UDP checksum and BTH byte 4 set to 0xFF, stored LSB first).
 #[test]
@@ -244,6 +248,10 @@ fn marks_cut_the_rate_and_it_recovers() {
     let ca = p.a.dev.counters().clone();
     let cb = p.b.dev.counters().clone();
     assert!(ok, "not done at {:?}: completed {completed}, rate {:?}, a {ca:?}", p.now, p.a.dev.qp_rate_bps(qa));
+    eprintln!(
+        "marks for {until:?}: {} CE, {} CNPs, {} cuts, lowest rate {lowest} b/s, {} pacing stalls, back at {line} b/s at {:?}",
+        cb.ecn_ce_rcvd, cb.cnp_sent, ca.cc_rate_cuts, ca.cc_pacing_stalls, p.now
+    );
     assert!(cb.ecn_ce_rcvd > 100, "{cb:?}");
     assert!(cb.cnp_sent >= 10 && seen.cnps(false) as u64 == cb.cnp_sent, "{cb:?}");
     assert_eq!(seen.cnps(true), 0, "a saw no marks");
