@@ -637,3 +637,35 @@ fn ipv6_traffic_class_carries_ect_and_ce() {
     assert_eq!(devs[0].0.counters().cc_rate_cuts, 1);
     assert!(devs[0].0.qp_rate_bps(qa).unwrap() < CcConfig::default().line_rate_bps);
 }
+
+/// `Device::set_cc` at run time: ECN off takes effect on the next frame, DCQCN off drops a
+/// QP's cut rate and pacing at once.
+#[test]
+fn set_cc_applies_to_the_next_frames() {
+    let mut p = pair(CcConfig::default());
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    post_write(&mut p, qa, 1, 0, 8);
+    let n = p.a.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    assert_eq!(buf[15] & 3, 0b10);
+    let mut f = buf[..n].to_vec();
+    set_ce(&mut f);
+    p.b.dev.handle_rx(Instant(0), &mut f);
+    let n = p.b.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut cnp = buf[..n].to_vec();
+    p.a.dev.handle_rx(Instant(1_000), &mut cnp);
+    assert!(p.a.dev.qp_dcqcn(qa).is_some());
+    p.a.dev.set_cc(CcConfig { ecn: false, dcqcn: false, ..CcConfig::default() });
+    assert!(p.a.dev.qp_dcqcn(qa).is_none());
+    assert_eq!(p.a.dev.qp_rate_bps(qa), Some(CcConfig::default().line_rate_bps));
+    post_write(&mut p, qa, 2, 0, 8);
+    let n = p.a.dev.poll_transmit(Instant(1_000), &mut buf).unwrap();
+    assert_eq!(opcode(&buf[..n]), Opcode::RcWriteOnly);
+    assert_eq!(buf[15] & 3, 0b00, "Not-ECT after set_cc");
+    assert_eq!(ipv4_sum(&buf[14..34]), 0xffff);
+    assert!(icrc::verify(&buf[14..n]));
+    // A CNP now is counted and ignored.
+    p.a.dev.handle_rx(Instant(10_000), &mut cnp);
+    assert!(p.a.dev.qp_dcqcn(qa).is_none());
+    assert_eq!(p.a.dev.counters().cnp_rcvd, 2);
+}
