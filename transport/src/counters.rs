@@ -67,4 +67,10 @@ counters! {
     cq_overrun,
     /// Packets retransmitted (any cause).
     retransmitted_pkts,
+    /// Selective repeat, responder: out-of-order packets kept for their turn.
+    sr_held,
+    /// Selective repeat, responder: copies of an already held packet, dropped.
+    sr_held_duplicate,
+    /// Selective repeat, requester: lost packets resent alone (no go-back-N).
+    sr_resent_pkts,
 }

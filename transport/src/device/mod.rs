@@ -100,6 +100,10 @@ pub struct DeviceConfig {
     /// in one burst with whatever the application posted meanwhile, just ahead of it. Off: an
     /// ACK leaves in the round whose frame asked for it. See [`Device::poll_transmit_data`].
     pub hold_acks: bool,
+    /// Selective repeat (QPs with [`QpAttr::selective_repeat`]): how many PSNs past the
+    /// expected one a responder keeps packets for; at most this many packets of one path
+    /// MTU each per QP. Packets further out are dropped and NAKed as without it.
+    pub sr_window: u32,
 }
 
 impl Default for DeviceConfig {
@@ -115,6 +119,7 @@ impl Default for DeviceConfig {
             ack_coalesce: Duration::from_micros(20),
             hop_limit: 64,
             hold_acks: false,
+            sr_window: 128,
         }
     }
 }
@@ -295,7 +300,7 @@ impl<M: Memory> Device<M> {
 fn rc_request_ready(q: &Qp, lim: &ReqLimits) -> bool {
     let state_allows = match q.state {
         QpState::Rts => true,
-        QpState::Sqd => q.req.sq.get(q.req.next).is_some_and(|w| w.started),
+        QpState::Sqd => !q.req.resend.is_empty() || q.req.sq.get(q.req.next).is_some_and(|w| w.started),
         _ => false,
     };
     state_allows && q.req.can_send(lim).is_ok()

@@ -72,6 +72,7 @@ fn progress(qp: &mut Qp, now: Instant) {
     qp.req.on_ack();
     qp.comp.reset_counters(qp.attr.retry_cnt, qp.attr.rnr_retry);
     qp.comp.read_gap = None;
+    qp.req.prune_resends(qp.comp.psn);
     qp.req.catch_up(qp.comp.psn);
     restart_retransmit(qp, now);
 }
@@ -163,10 +164,20 @@ pub(crate) fn handle_response<M: Memory>(
             }
             if advanced {
                 progress(qp, now);
-            } else if qp.comp.retry_left == 0 {
-                retry_exceeded(qp, WcStatus::RetryExcErr, fx, c);
+            }
+            // Selective repeat: the responder kept what came after the gap, so only the
+            // missing packet goes again. A NAK repeating the last one is the responder's
+            // reminder that the gap is still open (the resend or the NAK was lost): not a
+            // retry of its own, nor progress; the retransmit timer bounds the attempts.
+            if qp.attr.selective_repeat && qp.req.queue_resend(psn) {
+                qp.req.on_loss();
                 return;
-            } else {
+            }
+            if !advanced {
+                if qp.comp.retry_left == 0 {
+                    retry_exceeded(qp, WcStatus::RetryExcErr, fx, c);
+                    return;
+                }
                 qp.comp.retry_left -= 1;
             }
             // 9.7.5.2.1: resend starting with the PSN the responder expects.
