@@ -477,6 +477,15 @@ fn soak_1e5_lossy() {
 }
 
 #[test]
+#[ignore = "soak: 10^6 messages; run with --release -- --ignored"]
+fn soak_1e6_lossy() {
+    let n = soak(1_000_000, 0x50a4_5e1e, (true, true), LOSSY);
+    let (a, b) = (n.a.dev.counters(), n.b.dev.counters());
+    eprintln!("link {:?}\nA {a:?}\nB {b:?}\nvirtual time {:?}", n.stats, n.now);
+    assert!(b.sr_held > 0 && a.sr_resent_pkts > 0);
+}
+
+#[test]
 fn soak_heavy_loss() {
     let link = Link { loss: 0.1, duplicate: 0.05, reorder: 0.1, bit_flip: 0.05, ..LOSSY };
     soak(3_000, 7, (true, true), link);
