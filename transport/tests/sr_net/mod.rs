@@ -67,6 +67,9 @@ pub struct Stats {
     pub flipped: [u64; 2],
 }
 
+/// A frame on the way: (arrival, order sent, to_b, frame).
+type Flying = (Instant, u64, bool, Vec<u8>);
+
 pub struct Net {
     pub a: Node,
     pub b: Node,
@@ -76,8 +79,7 @@ pub struct Net {
     pub stats: Stats,
     rng: u64,
     seq: u64,
-    /// Frames on the way: (arrival, order, to_b, frame).
-    wire: BinaryHeap<Reverse<(Instant, u64, bool, Vec<u8>)>>,
+    wire: BinaryHeap<Reverse<Flying>>,
     /// When each port's line is free again.
     line_free: [Instant; 2],
     buf: Vec<u8>,
