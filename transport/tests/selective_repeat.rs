@@ -143,6 +143,39 @@ fn a_lost_resend_is_repaired_by_the_responders_reminder_not_the_timeout() {
     assert_eq!(seen.requests.get(), 66);
 }
 
+/// Time until the WRITE of `one_write`'s kind completes, and request frames sent.
+fn write_time(sr: bool, fate: impl Fn(u32) -> Fate + 'static) -> (u64, u64) {
+    let mut n = Net::new(Link::CLEAN, 0xb1257, MEM, DeviceConfig::default());
+    let o = opts();
+    let (qa, _) = n.rc_pair(o, sr, sr);
+    let seen = Rc::new(Seen::default());
+    n.script = Some(script(seen.clone(), o.psn_a, fate));
+    let data = pattern(4, 65536);
+    n.a.dev.memory_mut().write(SRC, &data).unwrap();
+    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
+    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
+    let mut wc = None;
+    for _ in 0..1_000_000 {
+        wc = n.a.poll();
+        if wc.is_some() || !n.step() {
+            break;
+        }
+    }
+    assert_eq!(wc.map(|wc| wc.status), Some(WcStatus::Success));
+    assert!(n.b.dev.memory().slice(DST, 65536) == &data[..]);
+    (n.now.0, seen.requests.get())
+}
+
+#[test]
+fn a_burst_of_losses_is_not_repaired_slower_than_by_going_back_n() {
+    let burst = |off: u32| if (10..20).contains(&off) { Fate::Drop } else { Fate::Pass };
+    let (t_sr, sent_sr) = write_time(true, burst);
+    let (t_gbn, sent_gbn) = write_time(false, burst);
+    eprintln!("burst of 10: selective {t_sr} ns {sent_sr} frames, go-back-N {t_gbn} ns {sent_gbn} frames");
+    assert!(t_sr <= t_gbn, "selective {t_sr} ns, go-back-N {t_gbn} ns");
+    assert!(sent_sr <= sent_gbn);
+}
+
 #[test]
 fn reordering_within_the_threshold_is_absorbed() {
     // Packet 10 arrives after 11 and 12 (two frame times late): the responder keeps those

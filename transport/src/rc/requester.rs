@@ -101,6 +101,10 @@ pub(crate) struct Requester {
     /// Selective repeat: PSNs of request packets the responder reported missing, to be
     /// resent alone, ahead of new packets, in this order.
     pub resend: VecDeque<Psn>,
+    /// Selective repeat: the PSN of the last sequence NAK, and how many NAKs before it were
+    /// for the PSNs right before it.
+    pub last_nak: Option<Psn>,
+    pub nak_run: u32,
 }
 
 /// Why the requester cannot send right now (used for tests and scheduling).
