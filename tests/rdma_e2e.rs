@@ -334,6 +334,25 @@ fn loss_reorder_dup_corrupt_data_still_verified() {
     }
 }
 
+/// Two droce-pmd peers agree on selective repeat in the perftest exchange: a lost frame is
+/// resent alone. A side that does not offer it (`--no-selective-repeat`, like perftest or an
+/// older droce-pmd, which offer nothing) leaves both QPs on go-back-N.
+#[test]
+fn selective_repeat_is_negotiated_between_droce_peers() {
+    let args = "--test=write_bw -s 65536 -n 100 --verify --faults=both:drop=0.01;seed=5";
+    let (s, c) = ok(args);
+    assert!(counter(&c.out, "sr_resent_pkts") > 0, "no selective resend:\n{}", c.out);
+    assert!(counter(&s.out, "sr_held") > 0, "the server kept nothing out of order:\n{}", s.out);
+    for (server_extra, client_extra) in [("--no-selective-repeat", ""), ("", "--no-selective-repeat")] {
+        let (s, c) = pair_with(args, server_extra, client_extra);
+        assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
+        assert!(c.out.contains("verified") || s.out.contains("verified"), "no data check reported:\n{}", c.out);
+        let both = format!("{}{}", s.out, c.out);
+        assert_eq!(counter(&both, "sr_resent_pkts") + counter(&both, "sr_held"), 0, "selective repeat without agreement:\n{both}");
+        assert!(counter(&c.out, "retransmitted_pkts") > 0, "{}", c.out);
+    }
+}
+
 #[test]
 fn corrupted_frames_are_counted() {
     let (s, c) = ok("--test=write_bw -s 4096 -n 300 --verify --faults=tx:corrupt=0.05;seed=11");

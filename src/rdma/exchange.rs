@@ -45,6 +45,43 @@ pub fn version_msg_with_mode(mode: PeerMode) -> [u8; VERSION_LEN] {
     m
 }
 
+/// Byte of the version message after the mode: droce transport extensions this side offers,
+/// one bit each. perftest sends zeros there and never reads it; a droce-pmd from before the
+/// byte existed sends zero too, so an extension is used only when both sides set its bit.
+const FEATURES_AT: usize = MODE_AT + 8;
+
+/// Transport extensions a droce-pmd peer offers (docs/selective-repeat.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Features {
+    /// Selective repeat on RC QPs (`QpAttr::selective_repeat`).
+    pub selective_repeat: bool,
+}
+
+impl Features {
+    const SELECTIVE_REPEAT: u8 = 1 << 0;
+
+    /// What both sides offer.
+    pub fn common(self, other: Features) -> Features {
+        Features { selective_repeat: self.selective_repeat && other.selective_repeat }
+    }
+}
+
+/// [`version_msg_with_mode`] plus the extensions this side offers.
+pub fn version_msg_with_features(mode: PeerMode, f: Features) -> [u8; VERSION_LEN] {
+    let mut m = version_msg_with_mode(mode);
+    m[FEATURES_AT] = if f.selective_repeat { Features::SELECTIVE_REPEAT } else { 0 };
+    m
+}
+
+/// The extensions a peer offers: none for perftest or an older droce-pmd.
+pub fn parse_features(m: &[u8]) -> Features {
+    if parse_mode(m).is_none() {
+        return Features::default();
+    }
+    let b = m.get(FEATURES_AT).copied().unwrap_or(0);
+    Features { selective_repeat: b & Features::SELECTIVE_REPEAT != 0 }
+}
+
 /// The mode of a droce-pmd peer; `None` for perftest (zeros after the version).
 pub fn parse_mode(m: &[u8]) -> Option<PeerMode> {
     let t = m.get(MODE_AT..MODE_AT + 8)?;
@@ -262,6 +299,26 @@ mod tests {
         assert_eq!(parse_mode(&version_msg()), None, "perftest's message carries no mode");
         let ud = PeerMode { test: 9, ud: true, cmp_swap: true, size: 1 << 30 };
         assert_eq!(parse_mode(&version_msg_with_mode(ud)), Some(ud));
+    }
+
+    #[test]
+    fn features_ride_behind_the_mode_and_need_both_sides() {
+        let mode = PeerMode { test: 3, ud: false, cmp_swap: false, size: 65536 };
+        let sr = Features { selective_repeat: true };
+        let m = version_msg_with_features(mode, sr);
+        assert_eq!(&m[..5], b"6.06\0", "perftest still reads 6.06");
+        assert_eq!(parse_mode(&m), Some(mode), "the mode is unchanged, so an older droce-pmd accepts it");
+        assert_eq!(parse_features(&m), sr);
+        assert_eq!(m[FEATURES_AT], 1);
+        // perftest and an older droce-pmd offer nothing
+        assert_eq!(parse_features(&version_msg()), Features::default());
+        assert_eq!(parse_features(&version_msg_with_mode(mode)), Features::default());
+        // perftest's message with a stray byte there is still perftest's
+        let mut p = version_msg();
+        p[FEATURES_AT] = 1;
+        assert_eq!(parse_features(&p), Features::default());
+        let off = parse_features(&version_msg_with_features(mode, Features::default()));
+        assert_eq!((sr.common(sr), sr.common(off), off.common(sr)), (sr, off, off));
     }
 
     #[test]

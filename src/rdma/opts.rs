@@ -98,6 +98,8 @@ pub struct Opts {
     /// DPDK port index used (default 0).
     pub port_index: usize,
     pub stats: bool,
+    /// Offer selective repeat to the peer (used on RC QPs when a droce-pmd peer offers it too).
+    pub selective_repeat: bool,
 }
 
 impl Opts {
@@ -126,6 +128,7 @@ impl Opts {
             bad_rkey: false,
             port_index: 0,
             stats: true,
+            selective_repeat: true,
         }
     }
     pub fn is_server(&self) -> bool {
@@ -161,6 +164,7 @@ RDMA tests (perftest 4.5 / ibv_*_pingpong compatible TCP exchange):
   --pcap FILE      capture RoCE/ARP frames;  --timeout SECS  bound on every wait (default 10)
   -u N             RC local ACK timeout 4.096 µs × 2^N, N 1..31 (default 14; retry_cnt is 7)
   --no-stats       do not print the RoCE statistics block at the end
+  --no-selective-repeat  do not offer selective repeat (RC, droce-pmd peers only; default offered)
 ";
 
 fn num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -295,6 +299,7 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
             "--verify" => o.verify = true,
             "--test-bad-rkey" => o.bad_rkey = true,
             "--no-stats" => o.stats = false,
+            "--no-selective-repeat" => o.selective_repeat = false,
             "-e" => {}
             _ if !a.starts_with('-') => {
                 if o.server.is_some() {

@@ -82,4 +82,10 @@ counters! {
     cc_rate_recovered,
     /// Times a QP with data to send waited for its pacer.
     cc_pacing_stalls,
+    /// Selective repeat, responder: out-of-order packets kept for their turn.
+    sr_held,
+    /// Selective repeat, responder: copies of an already held packet, dropped.
+    sr_held_duplicate,
+    /// Selective repeat, requester: lost packets resent alone (no go-back-N).
+    sr_resent_pkts,
 }

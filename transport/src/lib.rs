@@ -24,7 +24,9 @@
 //!   timer), NAK syndromes (PSN sequence error, invalid request, remote access error, remote
 //!   operational error) and RNR NAK with the 5-bit timer encoding; completer with ACK/NAK
 //!   handling, transport timer and retry_cnt, RNR retry (7 = infinite), go-back-N, in-order
-//!   completions, flush errors in ERR.
+//!   completions, flush errors in ERR; between droce peers that negotiated it
+//!   (`QpAttr::selective_repeat`), selective repeat with the standard NAK as its only signal
+//!   (docs/selective-repeat.md).
 //! - UD: SEND, SEND_IMM with DETH, Q_Key rules (the high bit takes the QP's own Q_Key), the
 //!   40-byte GRH at the head of the receive buffer, messages up to the path MTU; QP1 (GSI)
 //!   for the IB CM (`cm`: REQ/REP/RTU/REJ/DREQ/DREP/MRA, SIDR, the rdma_cm private-data

@@ -250,7 +250,8 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     };
     let dv = &mut setup.dev;
     let mine = peer_mode(o);
-    let v = ctrl.xchg(&exchange::version_msg_with_mode(mine), dv, "the perftest version")?;
+    let offer = exchange::Features { selective_repeat: o.selective_repeat && !o.ud };
+    let v = ctrl.xchg(&exchange::version_msg_with_features(mine, offer), dv, "the perftest version")?;
     let rv = exchange::parse_version(&v[..VERSION_LEN]).unwrap_or(0.0);
     if rv < 5.70 {
         return Err(format!("peer's perftest version {rv:.2} is older than 5.70: not compatible"));
@@ -264,6 +265,8 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             ));
         }
     }
+    // From here on: whether the QPs use it (both sides offered it; never with perftest).
+    r.o.selective_repeat = offer.common(exchange::parse_features(&v[..VERSION_LEN])).selective_repeat;
     ctrl.xchg(&4096u32.to_be_bytes(), dv, "the cycle buffer size")?;
     ctrl.xchg(&64u32.to_be_bytes(), dv, "the cache line size")?;
     let m = ctrl.xchg(&exchange::mtu_msg(local_code), dv, "the MTU")?;
@@ -493,7 +496,11 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
             let dd = &mut *d;
             let (a, m) = init_attr(AccessFlags::ALL);
             verb("modify_qp INIT", dd.modify_qp(q.h, &a, m))?;
-            let (a, m) = rtr_attr(av, mtu, Qpn::new(k.qpn), Psn::new(k.psn), own_reads as u8, 12);
+            let (mut a, mut m) = rtr_attr(av, mtu, Qpn::new(k.qpn), Psn::new(k.psn), own_reads as u8, 12);
+            if r.o.selective_repeat {
+                a.selective_repeat = true;
+                m = m | QpAttrMask::SELECTIVE_REPEAT;
+            }
             verb("modify_qp RTR", dd.modify_qp(q.h, &a, m))?;
             let (a, m) = rts_attr(Psn::new(q.psn), r.o.qp_timeout, 7, 7, k.out_reads.clamp(1, OUT_READS) as u8);
             verb("modify_qp RTS", dd.modify_qp(q.h, &a, m))?;

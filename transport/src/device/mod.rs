@@ -103,6 +103,10 @@ pub struct DeviceConfig {
     pub hold_acks: bool,
     /// Congestion control: ECN, CNPs, DCQCN and pacing ([`CcConfig::off`] for none).
     pub cc: CcConfig,
+    /// Selective repeat (QPs with [`QpAttr::selective_repeat`]): how many PSNs past the
+    /// expected one a responder keeps packets for; at most this many packets of one path
+    /// MTU each per QP. Packets further out are dropped and NAKed as without it.
+    pub sr_window: u32,
 }
 
 impl Default for DeviceConfig {
@@ -119,6 +123,7 @@ impl Default for DeviceConfig {
             hop_limit: 64,
             hold_acks: false,
             cc: CcConfig::default(),
+            sr_window: 128,
         }
     }
 }
@@ -328,7 +333,7 @@ impl<M: Memory> Device<M> {
 fn rc_request_ready(q: &Qp, lim: &ReqLimits) -> bool {
     let state_allows = match q.state {
         QpState::Rts => true,
-        QpState::Sqd => q.req.sq.get(q.req.next).is_some_and(|w| w.started),
+        QpState::Sqd => !q.req.resend.is_empty() || q.req.sq.get(q.req.next).is_some_and(|w| w.started),
         _ => false,
     };
     state_allows && q.req.can_send(lim).is_ok()

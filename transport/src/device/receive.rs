@@ -57,7 +57,7 @@ impl<M: Memory> Device<M> {
                 match t {
                     Timer::Retransmit => completer::on_retransmit_timeout(q, now, &mut self.counters, &mut fx),
                     Timer::RnrRetry => completer::on_rnr_timeout(q, now),
-                    Timer::AckCoalesce => responder::on_ack_timeout(q),
+                    Timer::AckCoalesce => responder::on_ack_timeout(q, now, self.cfg.ack_coalesce),
                 }
             }
             if q.cc.paced() {
@@ -175,6 +175,7 @@ impl<M: Memory> Device<M> {
                         counters: &mut self.counters,
                         pd: q.init.pd,
                         ack_coalesce: self.cfg.ack_coalesce,
+                        sr_window: self.cfg.sr_window,
                     };
                     responder::handle_request(q, &req, &mut ctx, now, &mut fx);
                 }

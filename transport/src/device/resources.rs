@@ -256,6 +256,11 @@ impl<M: Memory> Device<M> {
         Ok(QpInfo { qp_num: q.qpn, qp_type: q.init.qp_type, attr, cap: q.init.cap, udp_sport: q.udp_sport })
     }
 
+    /// Selective repeat: how many out-of-order packets the QP's responder holds now.
+    pub fn sr_held(&self, qp: QpHandle) -> Option<usize> {
+        self.qps.get(qp.0).map(|q| q.resp.ooo.len())
+    }
+
     pub fn qp_state(&self, qp: QpHandle) -> Option<QpState> {
         self.qps.get(qp.0).map(|q| q.state)
     }
@@ -347,6 +352,9 @@ impl<M: Memory> Device<M> {
         }
         if mask.contains(A::MIN_RNR_TIMER) {
             q.attr.min_rnr_timer = attr.min_rnr_timer;
+        }
+        if mask.contains(A::SELECTIVE_REPEAT) {
+            q.attr.selective_repeat = attr.selective_repeat;
         }
         if mask.contains(A::EN_SQD_ASYNC_NOTIFY) {
             q.attr.en_sqd_async_notify = attr.en_sqd_async_notify;

@@ -151,15 +151,19 @@ impl<M: Memory> Device<M> {
                     Some(p) => Some(p),
                     None if hold_data => None,
                     None if matches!(q.state, QpState::Rts | QpState::Sqd) => {
-                        if q.state == QpState::Sqd && !q.req.sq.get(q.req.next).is_some_and(|w| w.started) {
+                        if q.state == QpState::Sqd && q.req.resend.is_empty() && !q.req.sq.get(q.req.next).is_some_and(|w| w.started) {
                             None
                         } else {
-                            let resend = q.req.psn.is_before(q.req.sent_high);
+                            let selective = !q.req.resend.is_empty();
+                            let resend = q.req.psn.is_before(q.req.sent_high) || selective;
                             let p = q.req.next_packet(&lim);
                             if p.is_some() {
                                 completer::arm_retransmit(q, now);
                                 if resend {
                                     self.counters.retransmitted_pkts += 1;
+                                }
+                                if selective {
+                                    self.counters.sr_resent_pkts += 1;
                                 }
                             }
                             p

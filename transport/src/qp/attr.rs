@@ -30,6 +30,9 @@ impl QpAttrMask {
     pub const PATH_MIG_STATE: Self = Self(1 << 18);
     pub const CAP: Self = Self(1 << 19);
     pub const DEST_QPN: Self = Self(1 << 20);
+    /// droce extension, not an ibverbs bit: [`QpAttr::selective_repeat`]. Set it only when
+    /// both peers announced selective repeat at connection time (docs/selective-repeat.md).
+    pub const SELECTIVE_REPEAT: Self = Self(1 << 31);
 
     pub const fn empty() -> Self {
         Self(0)
@@ -139,6 +142,11 @@ pub struct QpAttr {
     pub min_rnr_timer: u8,
     pub dest_qp_num: Qpn,
     pub en_sqd_async_notify: bool,
+    /// droce extension: selective repeat with a droce peer that negotiated it (the responder
+    /// keeps out-of-order SEND/WRITE packets, the requester resends only the NAKed PSN).
+    /// Off, the QP is the plain IBA go-back-N QP rxe and NICs expect. Set on INIT -> RTR or
+    /// RTR -> RTS, RC only; see docs/selective-repeat.md.
+    pub selective_repeat: bool,
 }
 
 impl Default for QpAttr {
@@ -162,6 +170,7 @@ impl Default for QpAttr {
             min_rnr_timer: 12,
             dest_qp_num: Qpn::new(0),
             en_sqd_async_notify: false,
+            selective_repeat: false,
         }
     }
 }

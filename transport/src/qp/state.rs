@@ -73,14 +73,15 @@ pub const fn transition(ty: QpType, cur: QpState, next: QpState) -> Option<Trans
         (Init, Rtr) => match ty {
             Rc => t(
                 M::AV.or(M::PATH_MTU).or(M::DEST_QPN).or(M::RQ_PSN).or(M::MAX_DEST_RD_ATOMIC).or(M::MIN_RNR_TIMER),
-                M::ALT_PATH.or(M::ACCESS_FLAGS).or(M::PKEY_INDEX),
+                M::ALT_PATH.or(M::ACCESS_FLAGS).or(M::PKEY_INDEX).or(M::SELECTIVE_REPEAT),
             ),
             Ud => t(none, M::PKEY_INDEX.or(M::QKEY)),
         },
         (Rtr, Rts) => match ty {
             Rc => t(
                 M::TIMEOUT.or(M::RETRY_CNT).or(M::RNR_RETRY).or(M::SQ_PSN).or(M::MAX_QP_RD_ATOMIC),
-                M::CUR_STATE.or(M::ALT_PATH).or(M::ACCESS_FLAGS).or(M::MIN_RNR_TIMER).or(M::PATH_MIG_STATE),
+                M::CUR_STATE.or(M::ALT_PATH).or(M::ACCESS_FLAGS).or(M::MIN_RNR_TIMER).or(M::PATH_MIG_STATE)
+                    .or(M::SELECTIVE_REPEAT),
             ),
             Ud => t(M::SQ_PSN, M::CUR_STATE.or(M::QKEY)),
         },
@@ -147,6 +148,10 @@ mod tests {
         assert!(!mask_is_ok(QpType::Rc, Init, Rtr, rtr.without(M::RQ_PSN)), "missing required");
         assert!(!mask_is_ok(QpType::Rc, Init, Rtr, rtr | M::SQ_PSN), "not allowed");
         assert!(mask_is_ok(QpType::Ud, Init, Rtr, M::empty()));
+        // the droce selective-repeat extension: RC, before the QP runs, never on UD
+        assert!(mask_is_ok(QpType::Rc, Init, Rtr, rtr | M::SELECTIVE_REPEAT));
+        assert!(!mask_is_ok(QpType::Rc, Rts, Rts, M::SELECTIVE_REPEAT), "not once the QP runs");
+        assert!(!mask_is_ok(QpType::Ud, Init, Rtr, M::SELECTIVE_REPEAT));
         assert!(!mask_is_ok(QpType::Ud, Rtr, Rts, M::empty()), "UD RTS needs SQ_PSN");
         assert!(mask_is_ok(QpType::Ud, Reset, Init, M::PKEY_INDEX | M::PORT | M::QKEY));
         assert!(!mask_is_ok(QpType::Ud, Reset, Init, M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS));

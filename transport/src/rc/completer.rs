@@ -23,6 +23,10 @@ pub(crate) struct Completer {
     pub read_gap: Option<Psn>,
 }
 
+/// Selective repeat: after this many sequence NAKs for consecutive PSNs (a lost burst),
+/// the requester goes back N.
+pub const SR_BURST_NAKS: u32 = 2;
+
 /// A parsed response, as the completer needs it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Response<'a> {
@@ -72,6 +76,7 @@ fn progress(qp: &mut Qp, now: Instant) {
     qp.req.on_ack();
     qp.comp.reset_counters(qp.attr.retry_cnt, qp.attr.rnr_retry);
     qp.comp.read_gap = None;
+    qp.req.prune_resends(qp.comp.psn);
     qp.req.catch_up(qp.comp.psn);
     restart_retransmit(qp, now);
 }
@@ -163,10 +168,32 @@ pub(crate) fn handle_response<M: Memory>(
             }
             if advanced {
                 progress(qp, now);
-            } else if qp.comp.retry_left == 0 {
-                retry_exceeded(qp, WcStatus::RetryExcErr, fx, c);
-                return;
-            } else {
+            }
+            // Selective repeat: the responder kept what came after the gap, so only the
+            // missing packet goes again. A NAK repeating the last one is the responder's
+            // reminder that the gap is still open (the resend or the NAK was lost): not a
+            // retry of its own, nor progress; the retransmit timer bounds the attempts.
+            // NAKs for consecutive PSNs mean a burst was lost: the responder finds its
+            // holes one round trip each, so from the third on go back N at once (the
+            // responder drops the copies of what it holds). Two adjacent random losses
+            // are common enough at a few percent that the second does not go back N.
+            if qp.attr.selective_repeat {
+                match qp.req.last_nak {
+                    Some(last) if last == psn => {}
+                    Some(last) if last + 1 == psn => qp.req.nak_run += 1,
+                    _ => qp.req.nak_run = 0,
+                }
+                qp.req.last_nak = Some(psn);
+                if qp.req.nak_run < SR_BURST_NAKS && qp.req.queue_resend(psn) {
+                    qp.req.on_loss();
+                    return;
+                }
+            }
+            if !advanced {
+                if qp.comp.retry_left == 0 {
+                    retry_exceeded(qp, WcStatus::RetryExcErr, fx, c);
+                    return;
+                }
                 qp.comp.retry_left -= 1;
             }
             // 9.7.5.2.1: resend starting with the PSN the responder expects.

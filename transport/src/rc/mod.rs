@@ -3,6 +3,7 @@
 //! completions. Each returns what should happen; the device applies it in one place.
 
 pub mod completer;
+pub(crate) mod reorder;
 pub mod requester;
 pub mod responder;
 

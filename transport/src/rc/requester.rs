@@ -98,6 +98,13 @@ pub(crate) struct Requester {
     pub cwnd: u32,
     /// The configured maximum seen at the last transmission.
     pub max_window: u32,
+    /// Selective repeat: PSNs of request packets the responder reported missing, to be
+    /// resent alone, ahead of new packets, in this order.
+    pub resend: VecDeque<Psn>,
+    /// Selective repeat: the PSN of the last sequence NAK, and how many NAKs before it were
+    /// for the PSNs right before it.
+    pub last_nak: Option<Psn>,
+    pub nak_run: u32,
 }
 
 /// Why the requester cannot send right now (used for tests and scheduling).
@@ -116,6 +123,10 @@ impl Requester {
     pub fn can_send(&self, lim: &ReqLimits) -> Result<(), Blocked> {
         if self.rnr_wait {
             return Err(Blocked::Rnr);
+        }
+        // Resends lie inside the window already.
+        if !self.resend.is_empty() {
+            return Ok(());
         }
         let Some(w) = self.sq.get(self.next) else { return Err(Blocked::Idle) };
         if w.local_error.is_some() {
@@ -165,13 +176,80 @@ impl Requester {
         }
     }
 
-    /// Produce the next request packet, advancing PSN and WQE progress.
+    /// Produce the next request packet: a selective resend if one is queued, else the next
+    /// new packet (advancing PSN and WQE progress).
     pub fn next_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
         self.can_send(lim).ok()?;
+        while let Some(psn) = self.resend.pop_front() {
+            if let Some(p) = self.resend_packet(psn, lim) {
+                return Some(p);
+            }
+        }
+        self.can_send(lim).ok()?;
         self.max_window = lim.max_unacked_psns;
-        let mtu = lim.mtu;
+        let (mut pkt, consumed, ends) = self.build(self.next, self.psn, lim);
         let psn = self.psn;
-        let w = &mut self.sq[self.next];
+        self.noack_pkts += 1;
+        pkt.ack_req = ends || self.noack_pkts > MAX_PKTS_PER_ACK;
+        if pkt.ack_req {
+            self.noack_pkts = 0;
+        }
+        self.psn = psn + consumed;
+        if self.psn.is_after(self.sent_high) {
+            self.sent_high = self.psn;
+        }
+        if ends {
+            self.next += 1;
+            self.sent_pkts = 0;
+        } else {
+            self.sent_pkts = psn.forward_distance(self.sq[self.next].first_psn) + 1;
+        }
+        Some(pkt)
+    }
+
+    /// Selective repeat: queue PSN `psn` (sent, not acknowledged) to be resent alone. False
+    /// when it is not a packet already sent in this pass, or a PSN inside a READ's response
+    /// range: the caller then goes back N instead.
+    pub fn queue_resend(&mut self, psn: Psn) -> bool {
+        if !psn.is_before(self.psn) {
+            return false;
+        }
+        let Some(w) = self.sq.iter().find(|w| w.contains(psn)) else { return false };
+        if w.wr.opcode.is_rd_atomic() && (psn != w.first_psn || w.read_rcvd != 0) {
+            return false;
+        }
+        if !self.resend.contains(&psn) {
+            self.resend.push_back(psn);
+        }
+        true
+    }
+
+    /// Drop queued resends that an acknowledgement up to `comp_psn` made pointless.
+    pub fn prune_resends(&mut self, comp_psn: Psn) {
+        self.resend.retain(|p| !p.is_before(comp_psn));
+    }
+
+    /// The packet with PSN `psn` again, as it was first sent, asking for an ACK so that the
+    /// responder reports at once how far it got with the gap filled.
+    fn resend_packet(&mut self, psn: Psn, lim: &ReqLimits) -> Option<TxPkt> {
+        if !psn.is_before(self.psn) || psn.is_before(lim.comp_psn) {
+            return None;
+        }
+        let i = self.sq.iter().position(|w| w.contains(psn))?;
+        let w = &self.sq[i];
+        if w.wr.opcode.is_rd_atomic() && (psn != w.first_psn || w.read_rcvd != 0) {
+            return None;
+        }
+        let (mut pkt, _, _) = self.build(i, psn, lim);
+        pkt.ack_req = true;
+        Some(pkt)
+    }
+
+    /// The request packet with PSN `psn` of WQE `i` (started here if it was not), and how
+    /// many PSNs it takes and whether it ends the message.
+    fn build(&mut self, i: usize, psn: Psn, lim: &ReqLimits) -> (TxPkt, u32, bool) {
+        let mtu = lim.mtu;
+        let w = &mut self.sq[i];
         if !w.started {
             w.started = true;
             w.first_psn = psn;
@@ -212,7 +290,7 @@ impl Requester {
                 }
                 pkt.solicited = last && wr.flags.contains(SendFlags::SOLICITED);
                 let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
-                pkt.payload = Payload::SendWqe { wqe: self.next, offset, len };
+                pkt.payload = Payload::SendWqe { wqe: i, offset, len };
             }
             SendOpcode::Write | SendOpcode::WriteImm => {
                 let imm = wr.opcode == SendOpcode::WriteImm;
@@ -233,7 +311,7 @@ impl Requester {
                     pkt.solicited = wr.flags.contains(SendFlags::SOLICITED);
                 }
                 let len = (w.len - offset.min(w.len)).min(mtu as u64) as u32;
-                pkt.payload = Payload::SendWqe { wqe: self.next, offset, len };
+                pkt.payload = Payload::SendWqe { wqe: i, offset, len };
             }
             SendOpcode::Read => {
                 // A re-issued READ asks only for the part not yet received (9.7.4.1.4).
@@ -254,22 +332,7 @@ impl Requester {
             }
         }
         let ends = last || matches!(wr.opcode, SendOpcode::Read);
-        self.noack_pkts += 1;
-        pkt.ack_req = ends || self.noack_pkts > MAX_PKTS_PER_ACK;
-        if pkt.ack_req {
-            self.noack_pkts = 0;
-        }
-        self.psn = psn + consumed;
-        if self.psn.is_after(self.sent_high) {
-            self.sent_high = self.psn;
-        }
-        if ends {
-            self.next += 1;
-            self.sent_pkts = 0;
-        } else {
-            self.sent_pkts = idx + 1;
-        }
-        Some(pkt)
+        (pkt, consumed, ends)
     }
 
     /// Go back to `psn` (go-back-N, IBA 9.7.4.1.4): the next packets are resent from the
@@ -281,6 +344,7 @@ impl Requester {
         self.sent_pkts = psn.forward_distance(w.first_psn);
         self.psn = psn;
         self.noack_pkts = 0;
+        self.resend.clear();
         true
     }
 

@@ -4,6 +4,7 @@
 //! applies actions in one place. Replies (ACK/NAK, READ responses, atomic ACKs) are queued
 //! in PSN order and sent by `next_reply`.
 
+use super::reorder::{ReorderBuffer, REORDER_THRESHOLD};
 use super::{packets_for, Effects, Payload, TxPkt};
 use crate::counters::Counters;
 use crate::memory::Memory;
@@ -95,6 +96,8 @@ pub(crate) struct Responder {
     pub queue: VecDeque<Reply>,
     /// Packets accepted since the last ACK was queued.
     pub unacked: u32,
+    /// Selective repeat: out-of-order packets kept until their turn (empty without it).
+    pub ooo: ReorderBuffer,
 }
 
 /// The outcome of a failed check, applied by `handle_request`.
@@ -110,6 +113,8 @@ pub(crate) enum Action {
     Rnr,
     /// A class B/C/D error: NAK, then the QP goes to the error state.
     Nak(ResponderError),
+    /// Selective repeat: an out-of-order packet kept for its turn.
+    Held,
 }
 
 /// Everything the responder reaches outside its QP.
@@ -120,6 +125,8 @@ pub(crate) struct RespCtx<'a, M: Memory> {
     pub counters: &'a mut Counters,
     pub pd: crate::verbs::PdHandle,
     pub ack_coalesce: Duration,
+    /// Selective repeat: PSNs past the expected one whose packets are kept.
+    pub sr_window: u32,
 }
 
 type Check<T> = Result<T, Action>;
@@ -147,6 +154,14 @@ fn check_psn(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>) -
     let d = r.psn.distance(qp.resp.epsn);
     if d > 0 {
         ctx.counters.out_of_seq_request += 1;
+        if qp.attr.selective_repeat && d as u32 <= ctx.sr_window && r.payload.len() <= qp.mtu() as usize {
+            if qp.resp.ooo.insert(r) {
+                ctx.counters.sr_held += 1;
+                return Err(Action::Held);
+            }
+            ctx.counters.sr_held_duplicate += 1;
+            return Err(Action::Drop);
+        }
         if qp.resp.nak_sent {
             return Err(Action::Drop);
         }
@@ -430,7 +445,8 @@ fn queue_ack(qp: &mut Qp, psn: Psn) {
     qp.resp.queue.push_back(Reply::Ack { psn, syndrome, msn });
 }
 
-/// Handle one request packet for an RC QP in RTR/RTS/SQD.
+/// Handle one request packet for an RC QP in RTR/RTS/SQD. With selective repeat, packets
+/// held out of order run after it once their turn has come.
 pub(crate) fn handle_request<M: Memory>(
     qp: &mut Qp,
     r: &Request<'_>,
@@ -438,6 +454,58 @@ pub(crate) fn handle_request<M: Memory>(
     now: Instant,
     fx: &mut Effects,
 ) {
+    respond(qp, r, ctx, now, fx);
+    if !qp.resp.ooo.is_empty() {
+        drain_held(qp, ctx, now, fx);
+    }
+}
+
+/// Run the held packets whose turn has come, in PSN order, each through the whole check
+/// pipeline; then, if a gap is left, tell the requester about it.
+fn drain_held<M: Memory>(qp: &mut Qp, ctx: &mut RespCtx<'_, M>, now: Instant, fx: &mut Effects) {
+    let start = qp.resp.epsn;
+    while let Some(h) = qp.resp.ooo.take(qp.resp.epsn) {
+        let before = qp.resp.epsn;
+        respond(qp, &h.request(), ctx, now, fx);
+        qp.resp.ooo.recycle(h.payload);
+        if fx.qp_error {
+            qp.resp.ooo.clear();
+            return;
+        }
+        if qp.resp.epsn == before {
+            // Not executed (RNR): the requester goes back to this PSN and resends from it.
+            break;
+        }
+    }
+    // The requester's window waits on this gap: say at once how far it is filled.
+    if qp.resp.epsn != start && qp.resp.unacked > 0 {
+        queue_ack(qp, qp.resp.epsn - 1);
+    }
+    if !qp.resp.ooo.is_empty() {
+        held_gap(qp, ctx, now);
+    }
+}
+
+/// A gap before held packets: NAK its first PSN once enough later packets arrived that the
+/// missing one is taken for lost. The ACK coalescing timer NAKs a gap that stays open (a
+/// smaller one, or one whose NAK or resend was lost) again every `ack_coalesce`.
+fn held_gap<M: Memory>(qp: &mut Qp, ctx: &mut RespCtx<'_, M>, now: Instant) {
+    if !qp.resp.nak_sent && qp.resp.ooo.len() >= REORDER_THRESHOLD {
+        queue_seq_nak(qp);
+        // The reminder comes one interval after the NAK, not earlier.
+        qp.timers.set(Timer::AckCoalesce, now + ctx.ack_coalesce);
+    } else if !qp.timers.is_set(Timer::AckCoalesce) {
+        qp.timers.set(Timer::AckCoalesce, now + ctx.ack_coalesce);
+    }
+}
+
+fn queue_seq_nak(qp: &mut Qp) {
+    qp.resp.nak_sent = true;
+    let (psn, msn) = (qp.resp.epsn, qp.resp.msn);
+    qp.resp.queue.push_back(Reply::Ack { psn, syndrome: AethSyndrome::Nak(ResponderError::PsnSequence.nak_code()), msn });
+}
+
+fn respond<M: Memory>(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, M>, now: Instant, fx: &mut Effects) {
     let result = check_psn(qp, r, ctx)
         .and_then(|()| check_op_seq(qp, r))
         .and_then(|()| check_op_valid(qp, r))
@@ -463,11 +531,8 @@ pub(crate) fn handle_request<M: Memory>(
             }
         }
         Err(Action::Drop) | Err(Action::Duplicate) => {}
-        Err(Action::SeqNak) => {
-            qp.resp.nak_sent = true;
-            let (psn, msn) = (qp.resp.epsn, qp.resp.msn);
-            qp.resp.queue.push_back(Reply::Ack { psn, syndrome: AethSyndrome::Nak(ResponderError::PsnSequence.nak_code()), msn });
-        }
+        Err(Action::Held) => held_gap(qp, ctx, now),
+        Err(Action::SeqNak) => queue_seq_nak(qp),
         Err(Action::Rnr) => {
             ctx.counters.send_rnr_err += 1;
             qp.resp.nak_sent = true;
@@ -483,16 +548,22 @@ pub(crate) fn handle_request<M: Memory>(
                 fx.wcs.push((qp.init.recv_cq, wc, false));
             }
             // Class B/C/D errors put the responder QP in the error state (9.9.2).
+            qp.resp.ooo.clear();
             fx.qp_error = true;
             fx.error_status = Some(e.responder_status());
         }
     }
 }
 
-/// The ACK coalescing timer fired: acknowledge what was received.
-pub(crate) fn on_ack_timeout(qp: &mut Qp) {
+/// The ACK coalescing timer fired: acknowledge what was received; with selective repeat,
+/// NAK (again) a gap that held packets have waited behind for this long, and keep watching it.
+pub(crate) fn on_ack_timeout(qp: &mut Qp, now: Instant, ack_coalesce: Duration) {
     if qp.resp.unacked > 0 {
         queue_ack(qp, qp.resp.epsn - 1);
+    }
+    if !qp.resp.ooo.is_empty() {
+        queue_seq_nak(qp);
+        qp.timers.set(Timer::AckCoalesce, now + ack_coalesce);
     }
 }
 
