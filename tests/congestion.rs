@@ -322,6 +322,40 @@ fn two_pairs_share_one_bottleneck() {
     // both pairs' data crossed it (200 x 64 KiB at least, retransmissions on top)
     assert!(bytes >= 2 * 100 * 65536, "{bytes}:\n{sw}");
     assert!(run.pairs.iter().all(|(_, c)| counter(&c.out, "retransmitted_pkts") > 0), "drops without retransmissions?");
+    for (s, c) in &run.pairs {
+        eprintln!(
+            "pair: {:.2} MB/s, server ecn_ce_rcvd {} cnp_sent {}, client cnp_rcvd {} cc_rate_cuts {} retransmitted_pkts {}",
+            bw_average(&c.out),
+            counter(&s.out, "ecn_ce_rcvd"),
+            counter(&s.out, "cnp_sent"),
+            counter(&c.out, "cnp_rcvd"),
+            counter(&c.out, "cc_rate_cuts"),
+            counter(&c.out, "retransmitted_pkts")
+        );
+    }
+    eprintln!("bottleneck: offered {offered} dropped {dropped} marked {marked}");
+    // congestion control is on by default: ECT frames were marked, the servers answered with
+    // CNPs, the clients cut their rates
+    assert!(marked > 0, "droce's frames carry ECT(0): the bottleneck marks them:\n{sw}");
+    for (s, c) in &run.pairs {
+        assert!(counter(&s.out, "ecn_ce_rcvd") > 0 && counter(&s.out, "cnp_sent") > 0, "{}", s.out);
+        assert!(counter(&c.out, "cnp_rcvd") > 0 && counter(&c.out, "cc_rate_cuts") > 0, "{}", c.out);
+    }
+}
+
+/// `--cc=off` on both pairs: Not-ECT frames, so the same bottleneck only drops; no CNP, no cut.
+#[test]
+fn without_congestion_control_the_bottleneck_only_drops() {
+    let run = two_pairs_through_switch(&format!("{BOTTLENECK} --bottleneck-scope=switch"), "--test=write_bw -s 65536 -n 40 --verify --cc=off");
+    assert_pairs_verified(&run);
+    let sw = &run.switch.out;
+    let (_, dropped, marked, _, _) = bottleneck(sw, "all ports (scope switch)");
+    assert!(dropped > 0 && marked == 0, "dropped {dropped} marked {marked}:\n{sw}");
+    for (s, c) in &run.pairs {
+        for k in ["ecn_ce_rcvd", "cnp_sent", "cnp_rcvd", "cc_rate_cuts"] {
+            assert_eq!(counter(&s.out, k) + counter(&c.out, k), 0, "{k}:\n{}\n{}", s.out, c.out);
+        }
+    }
     // the two streams together got no more than the line rate
     let sum: f64 = run.pairs.iter().map(|(_, c)| bw_average(&c.out)).sum();
     assert!(sum <= RATE_MB_S * 1.05, "{sum} MB/s through a {RATE_MB_S} MB/s bottleneck");

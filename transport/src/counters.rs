@@ -88,4 +88,7 @@ counters! {
     sr_held_duplicate,
     /// Selective repeat, requester: lost packets resent alone (no go-back-N).
     sr_resent_pkts,
+    /// Selective repeat, requester: the responder's reminder NAKs for a gap already being
+    /// repaired (the packet is sent alone again; no retry is counted).
+    sr_reminders,
 }

@@ -178,8 +178,18 @@ pub(crate) fn handle_response<M: Memory>(
             // responder drops the copies of what it holds). Two adjacent random losses
             // are common enough at a few percent that the second does not go back N.
             if qp.attr.selective_repeat {
+                if qp.req.last_nak == Some(psn) {
+                    // A reminder: resend the packet alone if it already went out again (a
+                    // rewind that has not reached it yet will send it anyway). Never a retry:
+                    // behind a deep switch queue the resend can take far longer than the
+                    // reminder interval, and counting reminders would end the QP in
+                    // RETRY_EXC_ERR while its data is still on the way.
+                    if qp.req.queue_resend(psn) {
+                        c.sr_reminders += 1;
+                    }
+                    return;
+                }
                 match qp.req.last_nak {
-                    Some(last) if last == psn => {}
                     Some(last) if last + 1 == psn => qp.req.nak_run += 1,
                     _ => qp.req.nak_run = 0,
                 }

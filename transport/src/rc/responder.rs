@@ -89,6 +89,9 @@ pub(crate) struct Responder {
     pub msn: Msn,
     /// A sequence or RNR NAK was sent for the current `epsn` (NAK once per gap, 9.7.5.2.1).
     pub nak_sent: bool,
+    /// Selective repeat: reminders sent for the current gap; each doubles the wait before
+    /// the next, so a resend stuck behind a deep queue is not asked for every interval.
+    pub nak_reminders: u32,
     pub recv: Option<CurRecv>,
     pub write: Option<WriteCtx>,
     pub in_msg: InMessage,
@@ -404,6 +407,7 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
     }
     qp.resp.epsn = r.psn + npkts;
     qp.resp.nak_sent = false;
+    qp.resp.nak_reminders = 0;
     Ok(())
 }
 
@@ -555,15 +559,20 @@ fn respond<M: Memory>(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, M>, no
     }
 }
 
+/// Reminders for one gap back off up to `ack_coalesce` x 2^this (20 us x 1024 ≈ 20 ms).
+const MAX_REMINDER_SHIFT: u32 = 10;
+
 /// The ACK coalescing timer fired: acknowledge what was received; with selective repeat,
-/// NAK (again) a gap that held packets have waited behind for this long, and keep watching it.
+/// NAK (again) a gap that held packets have waited behind for this long, and keep watching it
+/// with a doubled interval.
 pub(crate) fn on_ack_timeout(qp: &mut Qp, now: Instant, ack_coalesce: Duration) {
     if qp.resp.unacked > 0 {
         queue_ack(qp, qp.resp.epsn - 1);
     }
     if !qp.resp.ooo.is_empty() {
         queue_seq_nak(qp);
-        qp.timers.set(Timer::AckCoalesce, now + ack_coalesce);
+        qp.resp.nak_reminders = (qp.resp.nak_reminders + 1).min(MAX_REMINDER_SHIFT);
+        qp.timers.set(Timer::AckCoalesce, now + Duration::from_nanos(ack_coalesce.as_nanos() << qp.resp.nak_reminders));
     }
 }
 
