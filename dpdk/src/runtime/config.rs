@@ -1,7 +1,7 @@
 //! What the runtime brings up: [`RuntimeConfig`] from the environment (`DROCE_*`) or a conf
 //! file, rank templating, and the one-line errors of a failed bring-up.
 
-use super::zeroconf::{default_link, PEEK};
+use super::zeroconf::default_link;
 use super::*;
 use droce_transport::cc::CcConfig;
 /// Addresses of the zero-config pair (slots 0 and 1 of the mesh).
@@ -103,7 +103,7 @@ impl fmt::Display for RuntimeError {
 
 impl std::error::Error for RuntimeError {}
 
-pub(super) fn cfg_err(m: impl Into<String>) -> RuntimeError {
+fn cfg_err(m: impl Into<String>) -> RuntimeError {
     RuntimeError::Config(m.into())
 }
 
@@ -186,6 +186,17 @@ pub(super) static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
 impl RuntimeConfig {
     /// Reads the configuration from the environment (see the module docs).
     pub fn from_env() -> Result<RuntimeConfig, RuntimeError> {
+        RuntimeConfig::read_env(false)
+    }
+
+    /// Like [`RuntimeConfig::from_env`], but takes no zero-config role: when this process has
+    /// none yet, it reports the role it would get now (the locks are probed and released). For
+    /// answers that must not commit the process (listing, fi_getinfo before any fabric).
+    pub fn peek_env() -> Result<RuntimeConfig, RuntimeError> {
+        RuntimeConfig::read_env(true)
+    }
+
+    fn read_env(peek: bool) -> Result<RuntimeConfig, RuntimeError> {
         let rank = rank_from_env()?;
         let mut cfg = match std::env::var("DROCE_CONF").ok().filter(|p| !p.trim().is_empty()) {
             Some(path) => {
@@ -200,7 +211,14 @@ impl RuntimeConfig {
                 };
                 c
             }
-            None => default_link(rank)?,
+            None => {
+                let (link, text) = default_link(peek).map_err(cfg_err)?;
+                let mut c = RuntimeConfig::parse(&text, rank)?;
+                let (slot, ip) = (link.slot, mesh_ip(link.slot));
+                c.source = format!("embedded default (memif mesh slot {slot}: {ip}, link '{}', up to {MESH_MAX} processes)", link.name);
+                c.link = Some(link);
+                c
+            }
         };
         let pid = std::process::id();
         if let Ok(v) = std::env::var("DROCE_PROGRESS") {
@@ -239,16 +257,6 @@ impl RuntimeConfig {
             }
         }
         Ok(cfg)
-    }
-
-    /// Like [`RuntimeConfig::from_env`], but takes no zero-config role: when this process has
-    /// none yet, it reports the role it would get now (the locks are probed and released). For
-    /// answers that must not commit the process (listing, fi_getinfo before any fabric).
-    pub fn peek_env() -> Result<RuntimeConfig, RuntimeError> {
-        PEEK.with(|p| p.set(true));
-        let r = RuntimeConfig::from_env();
-        PEEK.with(|p| p.set(false));
-        r
     }
 
     /// Parses conf file text (format in the module docs); `rank` fills `{rank}`.

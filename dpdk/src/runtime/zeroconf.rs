@@ -1,8 +1,11 @@
 //! The zero-config default: up to [`MESH_MAX`] processes on one machine find each other over a
 //! memif mesh (slot locks in `/tmp/droce-<uid>`), and the watch that reports a peer process
 //! gone when its memif link goes down (see the module docs of [`super`]).
+//!
+//! This module knows the mesh (slots, locks, addresses, memif vdevs) and nothing of how a
+//! config is read: [`default_link`] hands `config` the conf text of this process's end, and its
+//! errors are messages that `config` reports as config errors.
 
-use super::config::cfg_err;
 use super::*;
 // ------------------------------------------------------------------------------ zero-config
 
@@ -66,27 +69,22 @@ pub(super) fn slot_lock_path(dir: &std::path::Path, link: &str, slot: u32) -> Pa
     dir.join(format!("{link}.{slot}.lock"))
 }
 
-thread_local! {
-    /// Set while `peek_env` runs on this thread.
-    pub(super) static PEEK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// The slot this process would get on `link` now, without keeping a lock.
-pub(super) fn probe_slot(link: &str) -> Result<u32, RuntimeError> {
+pub(super) fn probe_slot(link: &str) -> Result<u32, String> {
     let dir = lock_dir()?;
     for slot in 0..MESH_MAX {
         let path = slot_lock_path(&dir, link, slot);
         match sys::probe_lock(&path) {
             Ok(true) => return Ok(slot),
             Ok(false) => {}
-            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
+            Err(e) => return Err(format!("zero-config default: lock file {}: {e}", path.display())),
         }
     }
     Err(all_taken(link))
 }
 
 /// Takes the lowest free slot on `link` (the lock stays held for the life of the process).
-pub(super) fn take_slot(link: &str) -> Result<u32, RuntimeError> {
+pub(super) fn take_slot(link: &str) -> Result<u32, String> {
     let dir = lock_dir()?;
     for slot in 0..MESH_MAX {
         let path = slot_lock_path(&dir, link, slot);
@@ -96,21 +94,21 @@ pub(super) fn take_slot(link: &str) -> Result<u32, RuntimeError> {
                 return Ok(slot);
             }
             Ok(None) => {}
-            Err(e) => return Err(cfg_err(format!("zero-config default: lock file {}: {e}", path.display()))),
+            Err(e) => return Err(format!("zero-config default: lock file {}: {e}", path.display())),
         }
     }
     Err(all_taken(link))
 }
 
 /// The error of a process beyond [`MESH_MAX`] on one zero-config link.
-pub(super) fn all_taken(link: &str) -> RuntimeError {
-    cfg_err(format!(
+pub(super) fn all_taken(link: &str) -> String {
+    format!(
         "zero-config default link '{link}' already has {MESH_MAX} processes, the most one zero-config link serves: use DROCE_LINK=<other name> for a separate group, or DROCE_CONF for more processes (see docs/runtime.md)"
-    ))
+    )
 }
 
 /// The slot this process took on its zero-config link (decided once; the lock stays held).
-pub(super) static DEFAULT_SLOT: OnceLock<Result<(u32, String), RuntimeError>> = OnceLock::new();
+pub(super) static DEFAULT_SLOT: OnceLock<Result<(u32, String), String>> = OnceLock::new();
 
 pub(super) fn mac_str(m: [u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
@@ -141,14 +139,18 @@ pub(super) fn mesh_vdev(uid: u32, link: &str, me: u32, peer: u32) -> String {
     format!("net_memif{peer},role={role},id={id},socket=/droce-{uid}-{link}-{server_slot},socket-abstract=yes,bsize=8192,mac={}", mac_str(mesh_mac(me)))
 }
 
-pub(super) fn default_link(rank: Option<u32>) -> Result<RuntimeConfig, RuntimeError> {
+/// This process's end of the zero-config mesh on `DROCE_LINK` (or "default"), and the conf text
+/// that brings it up: a memif vdev and a static neighbour per other slot, its address, its
+/// pair's other end. The slot is taken once and kept; with `peek`, a process that has none yet
+/// is told the one it would get now and keeps none.
+pub(super) fn default_link(peek: bool) -> Result<(DefaultLink, String), String> {
     let link = std::env::var("DROCE_LINK").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "default".into());
     if link.len() > 40 || !link.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(cfg_err(format!("DROCE_LINK='{link}': use at most 40 letters, digits, '-', '_' or '.'")));
+        return Err(format!("DROCE_LINK='{link}': use at most 40 letters, digits, '-', '_' or '.'"));
     }
     let (slot, link) = match DEFAULT_SLOT.get() {
         Some(r) => r.clone()?,
-        None if PEEK.with(|p| p.get()) => (probe_slot(&link)?, link),
+        None if peek => (probe_slot(&link)?, link),
         None => DEFAULT_SLOT.get_or_init(|| take_slot(&link).map(|s| (s, link.clone()))).clone()?,
     };
     let uid = sys::uid();
@@ -162,20 +164,17 @@ pub(super) fn default_link(rank: Option<u32>) -> Result<RuntimeConfig, RuntimeEr
         text.push_str(&format!("vdev = {}\nneighbour = {} {}\n", mesh_vdev(uid, &link, slot, j), mesh_ip(j), mac_str(mesh_mac(j))));
     }
     text.push_str(&format!("ip = {ip}\npeer = {peer}\n"));
-    let mut c = RuntimeConfig::parse(&text, rank)?;
-    c.source = format!("embedded default (memif mesh slot {slot}: {ip}, link '{link}', up to {MESH_MAX} processes)");
-    c.link = Some(DefaultLink { name: link, slot, lock_dir: lock_dir()? });
-    Ok(c)
+    Ok((DefaultLink { name: link, slot, lock_dir: lock_dir()? }, text))
 }
 
-pub(super) fn lock_dir() -> Result<PathBuf, RuntimeError> {
+pub(super) fn lock_dir() -> Result<PathBuf, String> {
     let dir = PathBuf::from(format!("/tmp/droce-{}", sys::uid()));
     match std::fs::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(cfg_err(format!("zero-config default: cannot create {}: {e}", dir.display()))),
+        Err(e) => return Err(format!("zero-config default: cannot create {}: {e}", dir.display())),
     }
-    sys::check_private_dir(&dir).map_err(|m| cfg_err(format!("zero-config default: {}: {m}", dir.display())))?;
+    sys::check_private_dir(&dir).map_err(|m| format!("zero-config default: {}: {m}", dir.display()))?;
     Ok(dir)
 }
 

@@ -58,17 +58,8 @@ pub(super) unsafe extern "C" fn av_open(_d: *mut fid_domain, attr: *mut fi_av_at
 }
 
 pub(super) unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        // SAFETY: f is the fid of an AvObj; freed once here.
-        let b = unsafe { Box::from_raw(f as *mut AvObj) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.avs.remove(&b.id);
-        }
-        0
-    })
+    // SAFETY: f is the fid of an AvObj from av_open, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &AvObj| { e.avs.remove(&b.id); }) }
 }
 
 pub(super) fn av_id(av: *mut fid_av) -> Option<Id> {

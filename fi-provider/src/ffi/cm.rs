@@ -95,17 +95,6 @@ pub(super) static PEP_FI_OPS: fi_ops = fi_ops {
     ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
 };
 
-pub(super) static PEP_EP_OPS: fi_ops_ep = fi_ops_ep {
-    size: std::mem::size_of::<fi_ops_ep>(),
-    cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
-    getopt: Some(getopt),
-    setopt: Some(setopt),
-    tx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
-    rx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
-    rx_size_left: nosys!(fn(*mut fid_ep) -> isize),
-    tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
-};
-
 pub(crate) unsafe extern "C" fn pep_open(_f: *mut fid_fabric, info: *mut fi_info, pep: *mut *mut fid_pep, context: *mut c_void) -> c_int {
     guard(EOTHER_I, || {
         if pep.is_null() {
@@ -123,7 +112,7 @@ pub(crate) unsafe extern "C" fn pep_open(_f: *mut fid_fabric, info: *mut fi_info
         }
         src.sa.set_ip(local.ip);
         let b = Box::new(PepObj {
-            p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&PEP_EP_OPS), cm: ops_ptr(&CM_OPS) },
+            p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&super::ep::EP_OPS), cm: ops_ptr(&CM_OPS) },
             id: 0,
             v6: v.as_ref().is_some_and(|v| v.v6),
             // SAFETY: info is NULL or the caller's valid fi_info; fi_dupinfo deep-copies it.

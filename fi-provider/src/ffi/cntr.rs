@@ -57,17 +57,8 @@ pub(super) unsafe extern "C" fn cntr_open(_d: *mut fid_domain, attr: *mut fi_cnt
 }
 
 pub(super) unsafe extern "C" fn cntr_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        // SAFETY: f is the fid of a CntrObj; freed once here.
-        let b = unsafe { Box::from_raw(f as *mut CntrObj) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.cntrs.remove(&b.id);
-        }
-        0
-    })
+    // SAFETY: f is the fid of a CntrObj from cntr_open, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &CntrObj| { e.cntrs.remove(&b.id); }) }
 }
 
 pub(super) fn with_cntr<R>(c: *mut fid_cntr, dflt: R, progress: bool, f: impl FnOnce(&mut engine::Cntr) -> R) -> R {

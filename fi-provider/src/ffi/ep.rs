@@ -23,7 +23,7 @@ pub(super) static EP_FI_OPS: fi_ops = fi_ops {
     ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
 };
 
-
+/// The endpoint operations of an active endpoint and of a passive one alike (options only).
 pub(super) static EP_OPS: fi_ops_ep = fi_ops_ep {
     size: std::mem::size_of::<fi_ops_ep>(),
     cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
@@ -177,17 +177,8 @@ pub(super) fn ep_obj(ep: *const fid_ep) -> Option<&'static EpObj> {
 }
 
 pub(super) unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        // SAFETY: f is the fid of an EpObj; freed once here.
-        let b = unsafe { Box::from_raw(f as *mut EpObj) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.close_ep(b.id);
-        }
-        0
-    })
+    // SAFETY: f is the fid of an EpObj from ep_open, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &EpObj| { e.close_ep(b.id); }) }
 }
 
 pub(super) fn bound_id(f: *mut fid) -> Option<(u32, Id)> {

@@ -64,18 +64,8 @@ pub(crate) unsafe extern "C" fn eq_open(_f: *mut fid_fabric, attr: *mut fi_eq_at
 }
 
 pub(super) unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        let o = f as *mut EqObj;
-        // SAFETY: f is the fid of an EqObj; freed once here.
-        let b = unsafe { Box::from_raw(o) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.eqs.remove(&b.id);
-        }
-        0
-    })
+    // SAFETY: f is the fid of an EqObj from eq_open, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &EqObj| { e.eqs.remove(&b.id); }) }
 }
 
 pub(super) unsafe extern "C" fn eq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {

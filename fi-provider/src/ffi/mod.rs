@@ -437,6 +437,26 @@ pub(crate) fn ops_ptr<T>(t: &'static T) -> *mut T {
     t as *const T as *mut T
 }
 
+/// The `close` of an object its open call boxed (its fid first, `repr(C)`): frees the box and,
+/// if the engine is still open, lets `forget` drop what the engine keeps for it. A null fid
+/// closes nothing.
+///
+/// # Safety
+/// `f` is null or the fid of a `T` made by `Box::into_raw`, not closed before.
+pub(super) unsafe fn close_boxed<T>(f: *mut fid, forget: impl FnOnce(&mut engine::Engine, &T)) -> c_int {
+    guard(EOTHER_I, || {
+        if f.is_null() {
+            return 0;
+        }
+        // SAFETY: the caller's contract; the box is freed once, here.
+        let b = unsafe { Box::from_raw(f as *mut T) };
+        if let Some(mut e) = engine::engine_if_open() {
+            forget(&mut *e, &*b);
+        }
+        0
+    })
+}
+
 unsafe extern "C" fn fabric_open(attr: *mut fi_fabric_attr, fabric: *mut *mut fid_fabric, context: *mut c_void) -> c_int {
     guard(EOTHER_I, || {
         if fabric.is_null() {

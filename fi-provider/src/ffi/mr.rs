@@ -149,17 +149,8 @@ pub(super) unsafe extern "C" fn mr_control(f: *mut fid, command: c_int, _arg: *m
 }
 
 pub(super) unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        // SAFETY: f is the fid of an MrObj from mr_out.
-        let b = unsafe { Box::from_raw(f as *mut MrObj) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.remove_mr(b.lkey);
-        }
-        0
-    })
+    // SAFETY: f is the fid of an MrObj from mr_out, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &MrObj| { e.remove_mr(b.lkey); }) }
 }
 
 /// The engine's access to application memory ([`engine::AppMemory`]): registration and the

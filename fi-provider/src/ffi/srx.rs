@@ -2,7 +2,7 @@
 
 use super::sys::*;
 use super::*;
-use crate::engine::{self, Id};
+use crate::engine::Id;
 use crate::info as pinfo;
 
 /// A shared receive context is an EpObj of class FI_CLASS_SRX_CTX whose id names an engine
@@ -87,17 +87,8 @@ pub(crate) unsafe extern "C" fn srx_open(_d: *mut fid_domain, attr: *mut fi_rx_a
 }
 
 pub(super) unsafe extern "C" fn srx_close(f: *mut fid) -> c_int {
-    guard(EOTHER_I, || {
-        if f.is_null() {
-            return 0;
-        }
-        // SAFETY: f is the fid of an srx EpObj from srx_open; freed once here.
-        let b = unsafe { Box::from_raw(f as *mut EpObj) };
-        if let Some(mut e) = engine::engine_if_open() {
-            e.close_srx(b.id);
-        }
-        0
-    })
+    // SAFETY: f is the fid of an srx EpObj from srx_open, closed once by the application.
+    unsafe { close_boxed(f, |e, b: &EpObj| { e.close_srx(b.id); }) }
 }
 
 /// A shared transmit context: an object endpoints can bind (see ep_bind), no state.

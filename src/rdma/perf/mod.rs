@@ -335,17 +335,23 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         );
     };
 
+    // The RDMA tests' bring-up, in perftest's order: keys, RTR/RTS, keys again, the banner, one
+    // handshake after RTR; then the progress thread if asked for.
+    let rdma_up = |r: &mut Run, ctrl: &mut Ctrl, dv: &mut Dev| -> R<()> {
+        hs_all(r, ctrl, dv)?;
+        connect(r, dv, sgid)?;
+        hs_all(r, ctrl, dv)?;
+        print_header(r);
+        print_addrs(r);
+        hs(r, ctrl, dv, "the handshake after RTR")?;
+        if o.progress == Progress::Thread {
+            dv.start_thread()?;
+        }
+        Ok(())
+    };
     match o.test {
         Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
-            hs_all(&mut r, &mut ctrl, dv)?;
-            connect(&r, dv, sgid)?;
-            hs_all(&mut r, &mut ctrl, dv)?;
-            print_header(&r);
-            print_addrs(&r);
-            hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
-            if o.progress == Progress::Thread {
-                dv.start_thread()?;
-            }
+            rdma_up(&mut r, &mut ctrl, dv)?;
             if client {
                 let (stats, secs) = bw_client(&mut r, dv)?;
                 let _ = secs;
@@ -373,15 +379,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         }
         Test::WriteLat | Test::ReadLat | Test::AtomicLat => {
             hs(&r, &mut ctrl, dv, "the first handshake")?;
-            hs_all(&mut r, &mut ctrl, dv)?;
-            connect(&r, dv, sgid)?;
-            hs_all(&mut r, &mut ctrl, dv)?;
-            print_header(&r);
-            print_addrs(&r);
-            hs(&r, &mut ctrl, dv, "the handshake after RTR")?;
-            if o.progress == Progress::Thread {
-                dv.start_thread()?;
-            }
+            rdma_up(&mut r, &mut ctrl, dv)?;
             if o.test == Test::WriteLat {
                 let samples = write_lat(&mut r, dv, client)?;
                 print_lat(&r, &samples);

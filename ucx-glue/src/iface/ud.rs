@@ -62,8 +62,9 @@ impl Iface {
         if wc.imm_data == IMM_UD_ACK {
             return false;
         }
-        let Some(gid) = grh_source(&grh[..GRH]) else { return false };
-        let next = g.ud_rx.on_datagram(Peer { gid: Gid(gid), qpn: wc.src_qp }, hdr.src, hdr.seq) == Delivery::Deliver;
+        // the sender's GID from the GRH area, as the transport wrote it
+        let Some(gid) = droce_transport::ud::grh_source(&grh[..GRH]) else { return false };
+        let next = g.ud_rx.on_datagram(Peer { gid, qpn: wc.src_qp }, hdr.src, hdr.seq) == Delivery::Deliver;
         crate::trace!("ud rx from ep {:#x} seq {} ack {:?} -> {}", hdr.src.raw(), hdr.seq.0, hdr.ack, if next { "deliver" } else { "drop" });
         next
     }
@@ -175,29 +176,10 @@ impl Iface {
     }
 }
 
-/// The sender's GID from the GRH area of a UD receive (read by the transport).
-fn grh_source(grh: &[u8]) -> Option<[u8; 16]> {
-    droce_transport::ud::grh_source(grh).map(|g| g.0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use droce_transport::Qpn;
-
-    #[test]
-    fn grh_source_reads_ipv6_and_rxe_style_ipv4() {
-        let mut g = [0u8; GRH];
-        g[0] = 0x60;
-        g[8..24].copy_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-        assert_eq!(grh_source(&g), Some([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]));
-        let mut g = [0u8; GRH];
-        g[20] = 0x45;
-        g[32..36].copy_from_slice(&[10, 0, 0, 2]);
-        assert_eq!(grh_source(&g), Some(Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 2)).0));
-        assert_eq!(grh_source(&[0u8; GRH]), None);
-        assert_eq!(grh_source(&[0x60; 8]), None);
-    }
 
     #[test]
     fn peer_of_names_the_destination_qp() {
