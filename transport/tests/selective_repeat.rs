@@ -176,6 +176,41 @@ fn a_burst_of_losses_is_not_repaired_slower_than_by_going_back_n() {
     assert!(sent_sr <= sent_gbn);
 }
 
+/// Behind a deep queue (here: 300 us each way, as a switch buffer of a few MB at 25 Gb/s) the
+/// responder's reminders come many times per round trip. A burst of losses makes the requester
+/// go back N; the reminders that follow must not count as retries (they did once, and the QP
+/// ended in RETRY_EXC_ERR with its data still on the way), and they back off.
+#[test]
+fn reminders_behind_a_long_round_trip_are_not_retries() {
+    let link = Link { delay: Duration::from_micros(300), ..Link::CLEAN };
+    let mut n = Net::new(link, 0x7e3a, MEM, DeviceConfig::default());
+    let o = RcOpts { timeout: 14, ..RcOpts::default() };
+    let (qa, _) = n.rc_pair(o, true, true);
+    let seen = Rc::new(Seen::default());
+    n.script = Some(script(seen.clone(), o.psn_a, |off| if (10..20).contains(&off) { Fate::Drop } else { Fate::Pass }));
+    let data = pattern(5, 65536);
+    n.a.dev.memory_mut().write(SRC, &data).unwrap();
+    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
+    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
+    let mut wc = None;
+    for _ in 0..1_000_000 {
+        wc = n.a.poll();
+        if wc.is_some() || !n.step() {
+            break;
+        }
+    }
+    let (a, b) = (n.a.dev.counters().clone(), n.b.dev.counters().clone());
+    assert_eq!(wc.map(|wc| wc.status), Some(WcStatus::Success), "{a:?}");
+    assert!(n.b.dev.memory().slice(DST, 65536) == &data[..]);
+    assert_eq!((a.retry_exceeded_err, a.completer_retry_err), (0, 0), "{a:?}");
+    assert!(a.sr_reminders > 0, "the responder did remind: {a:?}");
+    // each reminder once rewound the window again: 301 retransmissions, against 84
+    assert!(a.retransmitted_pkts < 150, "{a:?}");
+    // 20 us doubling: a handful of reminders per gap over a few round trips, not one per 20 us
+    assert!(b.send_nak + a.rcvd_seq_err < 60, "NAKs {} / {}", b.send_nak, a.rcvd_seq_err);
+    assert!(n.now < droce_transport::Instant(20_000_000), "done in {:?}", n.now);
+}
+
 #[test]
 fn reordering_within_the_threshold_is_absorbed() {
     // Packet 10 arrives after 11 and 12 (two frame times late): the responder keeps those
