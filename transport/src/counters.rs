@@ -67,4 +67,19 @@ counters! {
     cq_overrun,
     /// Packets retransmitted (any cause).
     retransmitted_pkts,
+    /// Frames received with ECN CE (congestion experienced) in the IP header.
+    ecn_ce_rcvd,
+    /// CNPs sent by the notification point.
+    cnp_sent,
+    /// CE-marked frames not answered because their QP sent a CNP less than
+    /// `cnp_interval` before.
+    cnp_suppressed,
+    /// CNPs received.
+    cnp_rcvd,
+    /// DCQCN rate cuts (CNPs outside a QP's `rate_reduce_monitor_period`).
+    cc_rate_cuts,
+    /// QPs whose rate recovered to the maximum (pacing off again).
+    cc_rate_recovered,
+    /// Times a QP with data to send waited for its pacer.
+    cc_pacing_stalls,
 }

@@ -33,14 +33,16 @@
 //!   droce_ud): sequence numbers, cumulative acknowledgements, go-back-N retransmission.
 //! - Device: QPN routing, timer heap, round-robin transmit among ready QPs, rxe-style
 //!   counters ([`counters::Counters`]).
+//! - Congestion control ([`cc`]): ECT(0) on sent frames, CNPs for CE-marked frames (the
+//!   DCQCN notification point), the DCQCN reaction point per QP with pacing
+//!   ([`DeviceConfig::cc`], `docs/dcqcn.md`).
 //!
 //! # What is out
 //!
 //! UC and XRC QPs (the UC opcodes parse, no UC QP type exists), memory windows (bind, type
 //! 1/2), local invalidate and fast-register work requests, IBA 1.5 ATOMIC_WRITE and FLUSH,
 //! extended/masked atomics, UD multicast, automatic path migration (MigReq is always 0, no
-//! alternate path), congestion control (CNPs are recognised but do not throttle; FECN/BECN
-//! are sent as 0), the IB-native LRH/GRH (RoCEv1) framing, and on-demand paging.
+//! alternate path), FECN/BECN other than a CNP's BECN, the IB-native LRH/GRH (RoCEv1) framing, and on-demand paging.
 #![forbid(unsafe_code)]
 
 pub mod types;
@@ -48,6 +50,7 @@ pub use types::*;
 pub mod wire;
 pub mod pcap;
 pub mod cm;
+pub mod cc;
 
 pub mod bottleneck;
 pub mod counters;

@@ -3,6 +3,8 @@
 //! that our requester emits the captured request frames and our responder, fed the captured
 //! request, emits the captured response — byte for byte, except the IPv4 identification,
 //! which Linux draws per packet (we copy it over, then recompute the IP checksum and ICRC).
+//! rxe sends ECN 0 and no CNPs, so the byte comparisons run with congestion control off;
+//! `ecn_on_differs_only_in_the_ecn_bits_and_the_ipv4_checksum` runs it on.
 
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::pcap;
@@ -10,6 +12,7 @@ use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAt
 use droce_transport::status::WcStatus;
 use droce_transport::verbs::{AccessFlags, AddressVector, MemoryRegion, PdHandle, RecvWr, SendOpcode, SendWr, UdDest, WcFlags};
 use droce_transport::wire::{icrc, Opcode, RoceRepr};
+use droce_transport::cc::CcConfig;
 use droce_transport::{Device, DeviceConfig, Gid, Instant, Memory, Psn, QKey, Qpn, Rkey, VecMemory};
 
 mod common;
@@ -56,8 +59,13 @@ struct Runtime {
 /// A device whose QPN counter starts at `qpn` and whose MR (over `base..base+len`) has the
 /// key `want` (found by trying seeds: keys are `index << 8 | seeded 8-bit variant`, as rxe).
 fn host(mac: [u8; 6], gid: Gid, qpn: Qpn, base: u64, len: usize, want: Option<Rkey>) -> Runtime {
+    host_cc(mac, gid, qpn, base, len, want, CcConfig::off())
+}
+
+/// [`host`] with congestion control `cc`.
+fn host_cc(mac: [u8; 6], gid: Gid, qpn: Qpn, base: u64, len: usize, want: Option<Rkey>, cc: CcConfig) -> Runtime {
     for seed in 0..100_000u64 {
-        let cfg = DeviceConfig { mac, gids: vec![gid], seed, first_qpn: qpn.value(), ..DeviceConfig::default() };
+        let cfg = DeviceConfig { mac, gids: vec![gid], seed, first_qpn: qpn.value(), cc: cc.clone(), ..DeviceConfig::default() };
         let mut dev = Device::new(cfg, VecMemory::new(base, len));
         let pd = dev.alloc_pd();
         let idx = want.map_or(0, |k| k.0 >> 8);
@@ -270,4 +278,69 @@ fn e1_ud_send_only() {
     assert!(wc.wc_flags.contains(WcFlags::GRH));
     assert_eq!(server.dev.memory().slice(0x6000_0000 + 20, 20), &fr[0][14..34]);
     assert_eq!(server.dev.memory().slice(0x6000_0000 + 40, pl.len()), &fr[0][pl]);
+}
+
+/// With ECN on (the default), droce's frames are rxe's with ECT(0) in the IPv4 TOS and the
+/// header checksum that follows from it: the ICRC masks the TOS, so it is rxe's. And rxe's
+/// frames, which carry ECN 0, are taken as before, with no CNP in answer.
+#[test]
+fn ecn_on_differs_only_in_the_ecn_bits_and_the_ipv4_checksum() {
+    let fr = frames("A1_rc_pingpong_64.pcap");
+    let (r1, pl) = RoceRepr::parse(&fr[0]).unwrap();
+    let resp = fr.iter().find(|f| RoceRepr::parse(f).unwrap().0.ip.src_gid() != r1.ip.src_gid()).unwrap();
+    let (r2, _) = RoceRepr::parse(resp).unwrap();
+    let (cmac, smac) = (r1.eth.src_addr.0, r1.eth.dst_addr.0);
+    let (cgid, sgid) = (r1.ip.src_gid(), r1.ip.dst_gid());
+    let mut client = host_cc(cmac, cgid, r2.bth.dest_qp, 0x5000_0000, 1 << 16, None, CcConfig::default());
+    let mut server = host_cc(smac, sgid, r1.bth.dest_qp, 0x6000_0000, 1 << 16, None, CcConfig::default());
+    let qc = qp(&mut client, QpType::Rc);
+    let qs = qp(&mut server, QpType::Rc);
+    connect(&mut client, qc, smac, sgid, r1.bth.dest_qp, r1.bth.psn, Psn::new(0x123456));
+    connect(&mut server, qs, cmac, cgid, r2.bth.dest_qp, Psn::new(0x123456), r1.bth.psn);
+    client.dev.memory_mut().write(0x5000_0000, &fr[0][pl.clone()]).unwrap();
+    let lk = client.mr.lkey;
+    client.dev.post_send(qc, SendWr::new(1, SendOpcode::Send).with_sge(0x5000_0000, pl.len() as u32, lk)).unwrap();
+    let ours = transmit_all(&mut client.dev);
+    assert_eq!(ours.len(), 1);
+    let mut o = ours[0].clone();
+    let want = &fr[0];
+    // Ours verifies as sent; then take the capture's IPv4 identification (Linux draws it
+    // per packet), and recompute the IPv4 checksum and the ICRC over that.
+    let n = o.len();
+    assert!(icrc::verify(&o[14..]), "our ICRC");
+    o[18..20].copy_from_slice(&want[18..20]);
+    let crc = icrc::compute(&o[14..n - 4]).unwrap();
+    o[n - 4..].copy_from_slice(&crc.to_le_bytes());
+    let sum = |h: &[u8]| {
+        let mut s: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+        while s > 0xffff {
+            s = (s & 0xffff) + (s >> 16);
+        }
+        s as u16
+    };
+    let mut h = o[14..34].to_vec();
+    h[10..12].fill(0);
+    o[24..26].copy_from_slice(&(!sum(&h)).to_be_bytes());
+    assert_eq!(want[15] & 3, 0, "rxe sends Not-ECT");
+    assert_eq!(o[15], want[15] | 0b10, "ECT(0), DSCP kept");
+    assert_ne!(o[24..26], want[24..26], "the TOS is in the IPv4 checksum");
+    assert_eq!(sum(&o[14..34]), 0xffff, "our IPv4 checksum verifies");
+    let differ: Vec<usize> = (0..o.len()).filter(|&i| o[i] != want[i]).collect();
+    assert!(differ.iter().all(|i| [15, 24, 25].contains(i)), "bytes differing: {differ:?}");
+    assert_eq!(o.len(), want.len());
+    assert_eq!(o[n - 4..], want[n - 4..], "the ICRC, computed over our ECT(0) TOS, is rxe's");
+    // rxe's request into our responder with CC on: accepted, answered, no CNP, no CE.
+    let lks = server.mr.lkey;
+    server.dev.post_recv(qs, RecvWr::new(1).with_sge(0x6000_0000, 4096, lks)).unwrap();
+    server.dev.handle_rx(Instant(0), &mut want.clone());
+    let answer = transmit_all(&mut server.dev);
+    assert_eq!(answer.len(), 1);
+    let (a, _) = RoceRepr::parse(&answer[0]).unwrap();
+    assert_eq!(a.bth.opcode, Opcode::RcAcknowledge);
+    let c = server.dev.counters();
+    assert_eq!((c.ecn_ce_rcvd, c.cnp_sent, c.rcvd_pkts), (0, 0, 1));
+    // And rxe's ACK completes our send.
+    client.dev.handle_rx(Instant(0), &mut resp.to_vec());
+    assert_eq!(client.dev.poll_cq_one(client.cq).unwrap().map(|w| w.status), Some(WcStatus::Success));
+    assert_eq!(client.dev.qp_rate_bps(qc), Some(CcConfig::default().line_rate_bps));
 }

@@ -27,6 +27,7 @@
 //! # let _ = (mr, qp);
 //! ```
 
+use crate::cc::{self, CcConfig};
 use crate::counters::Counters;
 use crate::memory::Memory;
 use crate::qp::attr::{self, validate, InvalidAttr, PathMtu, QpAttr, QpAttrMask};
@@ -100,6 +101,8 @@ pub struct DeviceConfig {
     /// in one burst with whatever the application posted meanwhile, just ahead of it. Off: an
     /// ACK leaves in the round whose frame asked for it. See [`Device::poll_transmit_data`].
     pub hold_acks: bool,
+    /// Congestion control: ECN, CNPs, DCQCN and pacing ([`CcConfig::off`] for none).
+    pub cc: CcConfig,
 }
 
 impl Default for DeviceConfig {
@@ -115,6 +118,7 @@ impl Default for DeviceConfig {
             ack_coalesce: Duration::from_micros(20),
             hop_limit: 64,
             hold_acks: false,
+            cc: CcConfig::default(),
         }
     }
 }
@@ -285,6 +289,17 @@ impl<M: Memory> Device<M> {
     }
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.events.pop_front()
+    }
+
+    /// The current DCQCN rate of a QP, bits per second: the maximum rate
+    /// ([`CcConfig::max_rate_bps`]) unless CNPs cut it.
+    pub fn qp_rate_bps(&self, qp: QpHandle) -> Option<u64> {
+        self.qps.get(qp.0).map(|q| q.cc.rate_bps(&self.cfg.cc))
+    }
+
+    /// The DCQCN reaction-point state of a QP, while its rate is below the maximum.
+    pub fn qp_dcqcn(&self, qp: QpHandle) -> Option<&cc::Dcqcn> {
+        self.qps.get(qp.0)?.cc.rp.as_ref().map(|r| &r.dcqcn)
     }
 
 }

@@ -1,14 +1,20 @@
 //! Timers and the receive path: the timer heap, and a received frame checked (ICRC, BTH,
-//! QPN) and handed to the QP's responder or completer.
+//! QPN) and handed to the QP's responder or completer; CNPs to the QP's DCQCN reaction
+//! point, and CE-marked frames to its notification point.
 
 use super::*;
+use crate::cc::notify::CnpTarget;
 
 impl<M: Memory> Device<M> {
     // ---------------------------------------------------------------- timers
 
     pub(super) fn schedule(&mut self, idx: u32) {
         let Some(q) = self.qps.get_mut(idx) else { return };
-        if let Some(n) = q.timers.next_timeout() {
+        let next = match (q.timers.next_timeout(), q.cc.next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(n) = next {
             #[allow(clippy::unnecessary_map_or)] // is_none_or needs Rust 1.82; MSRV is 1.75
             if q.scheduled.map_or(true, |s| n < s) {
                 q.scheduled = Some(n);
@@ -54,6 +60,12 @@ impl<M: Memory> Device<M> {
                     Timer::AckCoalesce => responder::on_ack_timeout(q),
                 }
             }
+            if q.cc.paced() {
+                q.cc.expire(&self.cfg.cc, now);
+                if !q.cc.paced() {
+                    self.counters.cc_rate_recovered += 1;
+                }
+            }
             self.apply(idx, &mut fx);
             self.fx = fx;
         }
@@ -97,6 +109,23 @@ impl<M: Memory> Device<M> {
             self.counters.pkey_violation += 1;
             return;
         }
+        if repr.bth.opcode == Opcode::Cnp {
+            // A CNP belongs to no transport; an RC QP only takes it from its peer.
+            if q.init.qp_type == QpType::Rc && repr.ip.src_gid() != q.attr.ah_attr.dgid {
+                self.counters.rcvd_not_for_us += 1;
+                return;
+            }
+            self.counters.rcvd_pkts += 1;
+            self.counters.cnp_rcvd += 1;
+            if self.cfg.cc.dcqcn && q.qpn != Qpn::GSI {
+                if q.cc.on_cnp(&self.cfg.cc, now) {
+                    self.counters.cc_rate_cuts += 1;
+                }
+                self.schedule(idx);
+            }
+            return;
+        }
+        let ce = repr.ip.traffic_class() & 3 == crate::cc::ecn::CE;
         let info = repr.bth.opcode.info();
         let class_ok = matches!(
             (q.init.qp_type, info.class),
@@ -116,6 +145,11 @@ impl<M: Memory> Device<M> {
                     return;
                 }
                 self.counters.rcvd_pkts += 1;
+                if ce {
+                    let peer = q.attr.dest_qp_num;
+                    self.notify_ce(idx, now, &repr, peer);
+                }
+                let Some(q) = self.qps.get_mut(idx) else { return };
                 if info.is_response() {
                     if matches!(q.state, QpState::Rts | QpState::Sqd) {
                         if let Some(r) = response_of(&repr, payload) {
@@ -148,6 +182,10 @@ impl<M: Memory> Device<M> {
             QpType::Ud => {
                 self.counters.rcvd_pkts += 1;
                 if let Some(deth) = repr.ext.deth {
+                    if ce {
+                        self.notify_ce(idx, now, &repr, deth.src_qp);
+                    }
+                    let Some(q) = self.qps.get_mut(idx) else { return };
                     let ip_hdr = &frame[wire::eth::HEADER_LEN..wire::eth::HEADER_LEN + repr.ip.header_len()];
                     crate::ud::receive(
                         q,
@@ -167,6 +205,19 @@ impl<M: Memory> Device<M> {
         self.apply(idx, &mut fx);
         self.check_local_errors(idx);
         self.fx = fx;
+    }
+
+    /// The notification point: a CE-marked frame for QP `idx` from `src_qp` arrived.
+    fn notify_ce(&mut self, idx: u32, now: Instant, repr: &RoceRepr, src_qp: Qpn) {
+        self.counters.ecn_ce_rcvd += 1;
+        let Some(q) = self.qps.get_mut(idx) else { return };
+        if !self.cfg.cc.np || q.qpn == Qpn::GSI {
+            return;
+        }
+        let target = CnpTarget { dest_qp: src_qp, sgid: repr.ip.dst_gid(), dgid: repr.ip.src_gid(), dmac: repr.eth.src_addr.0 };
+        if !q.cc.np.on_ce(now, self.cfg.cc.cnp_interval, target) {
+            self.counters.cnp_suppressed += 1;
+        }
     }
 
 }

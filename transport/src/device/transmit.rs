@@ -1,15 +1,31 @@
 //! The transmit path: round robin among QPs with work, the ACK-hold policy, frames built
-//! from the QP's next packet.
+//! from the QP's next packet, CNPs, and pacing to a QP's DCQCN rate.
+//!
+//! Pacing covers what a QP sends as data: its requests (retransmissions included) and its
+//! READ responses (a READ is congested on the responder's side, and its requester's NP
+//! answers CE-marked responses with CNPs to the responder's QP). ACKs, NAKs, atomic
+//! responses and CNPs are small control frames and are never held: holding them would
+//! stall the peer's send queue, not relieve the network.
 
 use super::*;
+use crate::rc::responder::Reply;
 
 impl<M: Memory> Device<M> {
     // ---------------------------------------------------------------- transmit
 
     pub(super) fn has_tx_work(&self, idx: u32) -> bool {
         let Some(q) = self.qps.get(idx) else { return false };
-        if !q.resp.queue.is_empty() {
+        if q.cc.np.pending.is_some() {
             return true;
+        }
+        let blocked = q.cc.blocked();
+        // A READ response is data: a blocked QP keeps it (and what queues behind it).
+        let replies_held = blocked && q.state != QpState::Err && front_is_read(q);
+        if !q.resp.queue.is_empty() && !replies_held {
+            return true;
+        }
+        if blocked {
+            return false;
         }
         match (q.init.qp_type, q.state) {
             (QpType::Ud, QpState::Rts) => !q.req.sq.is_empty(),
@@ -115,6 +131,12 @@ impl<M: Memory> Device<M> {
     pub(super) fn transmit_qp(&mut self, idx: u32, now: Instant, buf: &mut [u8]) -> Option<usize> {
         let lim = self.limits(self.qps.get(idx)?);
         let q = self.qps.get_mut(idx)?;
+        if q.cc.np.pending.is_some() {
+            return self.emit_cnp(idx, buf);
+        }
+        // One branch for a QP that never saw a CNP.
+        let paced = q.cc.paced();
+        let hold_data = paced && q.cc.held(&self.cfg.cc, now);
         match q.init.qp_type {
             QpType::Rc => {
                 let err = q.state == QpState::Err;
@@ -124,9 +146,10 @@ impl<M: Memory> Device<M> {
                 // atomics free the request's buffer on the response and reuse it before
                 // the late send completion comes (fabtests' ubertest caught it).
                 let held = self.holding && (err || (responder::only_acks(q) && !rc_request_ready(q, &lim)));
-                let reply = if held { None } else { responder::next_reply(q, err) };
+                let reply = if held || (hold_data && !err && front_is_read(q)) { None } else { responder::next_reply(q, err) };
                 let pkt = match reply {
                     Some(p) => Some(p),
+                    None if hold_data => None,
                     None if matches!(q.state, QpState::Rts | QpState::Sqd) => {
                         if q.state == QpState::Sqd && !q.req.sq.get(q.req.next).is_some_and(|w| w.started) {
                             None
@@ -143,10 +166,19 @@ impl<M: Memory> Device<M> {
                         }
                     }
                     None => None,
-                }?;
+                };
+                let Some(pkt) = pkt else {
+                    if hold_data {
+                        self.pacer_stall(idx, now);
+                    }
+                    return None;
+                };
                 let av = q.attr.ah_attr;
                 let (sport, pkey) = (q.udp_sport, q.pkey);
                 let n = self.emit(idx, &pkt, &av, sport, pkey, buf);
+                if paced && !matches!(pkt.opcode, Opcode::RcAcknowledge | Opcode::RcAtomicAcknowledge) {
+                    self.paced_sent(idx, now, n);
+                }
                 self.schedule(idx);
                 n
             }
@@ -154,9 +186,18 @@ impl<M: Memory> Device<M> {
                 if q.state != QpState::Rts {
                     return None;
                 }
+                if hold_data {
+                    if !q.req.sq.is_empty() {
+                        self.pacer_stall(idx, now);
+                    }
+                    return None;
+                }
                 let (pkt, dest) = crate::ud::next_packet(q)?;
                 let (sport, pkey) = (q.udp_sport, q.pkey);
                 let n = self.emit(idx, &pkt, &dest.av, sport, pkey, buf);
+                if paced {
+                    self.paced_sent(idx, now, n);
+                }
                 // UD sends complete when they leave (no acknowledgement, IBA 9.8).
                 let q = self.qps.get_mut(idx)?;
                 let mut fx = core::mem::take(&mut self.fx);
@@ -167,6 +208,60 @@ impl<M: Memory> Device<M> {
                 n
             }
         }
+    }
+
+    /// The pacer holds the QP's data: it leaves the round robin until its tokens are back.
+    fn pacer_stall(&mut self, idx: u32, now: Instant) {
+        let Some(q) = self.qps.get_mut(idx) else { return };
+        q.cc.block(&self.cfg.cc, now);
+        self.counters.cc_pacing_stalls += 1;
+        self.schedule(idx);
+    }
+
+    /// A paced frame of `n` bytes (if any) left the QP.
+    fn paced_sent(&mut self, idx: u32, now: Instant, n: Option<usize>) {
+        let (Some(n), Some(q)) = (n, self.qps.get_mut(idx)) else { return };
+        if q.cc.on_sent(&self.cfg.cc, now, n) {
+            self.counters.cc_rate_recovered += 1;
+        }
+    }
+
+    /// The QP's queued CNP (RoCEv2 annex A17.9.3, as ConnectX sends it): BTH opcode 0x81 with
+    /// BECN set, the QP's P_Key, DestQP the source QP of the CE-marked frame, PSN 0, AckReq
+    /// 0, then 16 reserved zero bytes and the ICRC. UDP source port of the QP; IP DSCP
+    /// `cnp_dscp` and ECN Not-ECT, so that the CNP itself is never marked.
+    pub(super) fn emit_cnp(&mut self, idx: u32, buf: &mut [u8]) -> Option<usize> {
+        let q = self.qps.get_mut(idx)?;
+        let t = q.cc.np.pending.take()?;
+        let (sport, pkey) = (q.udp_sport, q.pkey);
+        let tc = (self.cfg.cc.cnp_dscp << 2) | cc::ecn::NOT_ECT;
+        let mut ip = IpRepr::from_gids(t.sgid, t.dgid, tc, self.cfg.hop_limit, 0).ok()?;
+        if let IpRepr::Ipv4(r) = &mut ip {
+            r.ident = self.ip_id;
+            self.ip_id = self.ip_id.wrapping_add(1);
+        }
+        let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(t.dmac), ethertype: ip.ethertype() };
+        let udp = UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT };
+        let bth = BthRepr {
+            opcode: Opcode::Cnp,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            tver: 0,
+            pkey,
+            fecn: false,
+            becn: true,
+            dest_qp: t.dest_qp,
+            ack_req: false,
+            psn: crate::types::Psn::new(0),
+        };
+        let repr = RoceRepr::new(eth, ip, udp, bth);
+        if repr.frame_len(0) > buf.len() {
+            return None;
+        }
+        let n = repr.emit(&[], buf);
+        self.counters.cnp_sent += 1;
+        Some(n)
     }
 
     pub(super) fn emit(&mut self, idx: u32, pkt: &TxPkt, av: &AddressVector, sport: u16, pkey: PKey, buf: &mut [u8]) -> Option<usize> {
@@ -234,11 +329,20 @@ impl<M: Memory> Device<M> {
         if !q.tx_hdr.as_ref().is_some_and(|h| h.av == *av && h.sport == sport) {
             let sgid = *self.cfg.gids.get(av.sgid_index as usize)?;
             let hop = if av.hop_limit == 0 { self.cfg.hop_limit } else { av.hop_limit };
-            let ip = IpRepr::from_gids(sgid, av.dgid, av.traffic_class, hop, av.flow_label).ok()?;
+            // ECT(0) keeps the DSCP the AV asks for. QP1's MADs stay Not-ECT: management
+            // traffic is neither paced nor answered with CNPs. The ICRC masks the field, so
+            // only the IPv4 header checksum changes with it.
+            let tc = if self.cfg.cc.ecn && q.qpn != crate::types::Qpn::GSI { (av.traffic_class & !3) | cc::ecn::ECT0 } else { av.traffic_class };
+            let ip = IpRepr::from_gids(sgid, av.dgid, tc, hop, av.flow_label).ok()?;
             let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(av.dmac), ethertype: EtherType::Ipv4 };
             let udp = UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT };
             q.tx_hdr = Some(TxHeader { av: *av, sport, tpl: HeaderTemplate::new(&eth, &ip, &udp) });
         }
         Some(())
     }
+}
+
+/// Whether the responder's next reply is a READ response (paced, unlike ACKs).
+fn front_is_read(q: &Qp) -> bool {
+    matches!(q.resp.queue.front(), Some(Reply::Read { .. }))
 }

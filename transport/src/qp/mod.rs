@@ -80,6 +80,8 @@ pub(crate) struct Qp {
     /// Outer headers of the last path this QP sent on (RC: its one path; UD: the last
     /// destination), rebuilt when the address vector or UDP source port differs.
     pub tx_hdr: Option<TxHeader>,
+    /// ECN notification point and DCQCN reaction point.
+    pub cc: crate::cc::QpCc,
 }
 
 /// A [`HeaderTemplate`](crate::wire::HeaderTemplate) and the path it was made for.
@@ -109,6 +111,7 @@ impl Qp {
             in_ready: false,
             sqd_notify: false,
             tx_hdr: None,
+            cc: crate::cc::QpCc::default(),
         }
     }
 

@@ -1,0 +1,413 @@
+//! ECN, the notification point (CNPs) and the DCQCN reaction point, end to end on two
+//! simulated nodes: frames are marked CE between `poll_transmit` and `handle_rx`, the way a
+//! congested switch would, by a small network loop of this file (fixed one-way delay).
+
+use droce_transport::cc::CcConfig;
+use droce_transport::qp::QpHandle;
+use droce_transport::sim::{LinkConfig, Pair, RcOpts, MEM_BASE};
+use droce_transport::status::WcStatus;
+use droce_transport::verbs::{SendOpcode, SendWr, RecvWr};
+use droce_transport::wire::{icrc, Opcode, RoceRepr};
+use droce_transport::{DeviceConfig, Duration, Instant, Memory, QKey};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const DELAY: Duration = Duration(2_000);
+
+/// Frames in flight: (arrival, sequence, to_b, frame), earliest first.
+type Wire = BinaryHeap<Reverse<(Instant, u64, bool, Vec<u8>)>>;
+
+fn pair(cc: CcConfig) -> Pair {
+    Pair::with_config(LinkConfig::PERFECT, 7, 4 << 20, DeviceConfig { cc, max_unacked_psns: 1024, ..DeviceConfig::default() })
+}
+
+/// Sets ECN CE in an IPv4 RoCE frame and fixes the header checksum (the ICRC masks the
+/// TOS, so it stays valid), as a switch does.
+fn set_ce(f: &mut [u8]) {
+    assert_eq!(&f[12..14], &[0x08, 0x00], "IPv4");
+    f[15] |= 0b11;
+    f[24..26].fill(0);
+    let c = !ipv4_sum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+fn ipv4_sum(h: &[u8]) -> u16 {
+    let mut s: u32 = h.chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+fn opcode(f: &[u8]) -> Opcode {
+    RoceRepr::parse(f).expect("a valid RoCE frame").0.bth.opcode
+}
+
+/// What the network loop saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// (time, to_b, frame) of every frame put on the link.
+    frames: Vec<(Instant, bool, Vec<u8>)>,
+}
+
+impl Seen {
+    fn cnps(&self, to_b: bool) -> usize {
+        self.frames.iter().filter(|(_, d, f)| *d == to_b && opcode(f) == Opcode::Cnp).count()
+    }
+}
+
+/// Runs the two nodes until `done` or idle (at most `max_rounds` rounds): every frame is
+/// delivered `DELAY` after it was sent, with CE set when `mark(now, to_b, frame)` says so.
+fn run(p: &mut Pair, seen: &mut Seen, max_rounds: u64, mut mark: impl FnMut(Instant, bool, &[u8]) -> bool, mut done: impl FnMut(&mut Pair) -> bool) -> bool {
+    let mut wire: Wire = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    for _ in 0..max_rounds {
+        if done(p) {
+            return true;
+        }
+        let mut busy = false;
+        for to_b in [true, false] {
+            loop {
+                let dev = if to_b { &mut p.a.dev } else { &mut p.b.dev };
+                let Some(n) = dev.poll_transmit(p.now, &mut buf) else { break };
+                let mut f = buf[..n].to_vec();
+                seen.frames.push((p.now, to_b, f.clone()));
+                if mark(p.now, to_b, &f) {
+                    set_ce(&mut f);
+                }
+                seq += 1;
+                wire.push(Reverse((p.now + DELAY, seq, to_b, f)));
+                busy = true;
+            }
+        }
+        while wire.peek().is_some_and(|Reverse(w)| w.0 <= p.now) {
+            let Reverse((_, _, to_b, mut f)) = wire.pop().unwrap();
+            let dev = if to_b { &mut p.b.dev } else { &mut p.a.dev };
+            dev.handle_rx(p.now, &mut f);
+            busy = true;
+        }
+        for dev in [&mut p.a.dev, &mut p.b.dev] {
+            if dev.poll_timeout().is_some_and(|t| t <= p.now) {
+                dev.handle_timeout(p.now);
+                busy = true;
+            }
+        }
+        if busy {
+            continue;
+        }
+        let next = [wire.peek().map(|Reverse(w)| w.0), p.a.dev.poll_timeout(), p.b.dev.poll_timeout()].into_iter().flatten().min();
+        match next {
+            Some(t) => p.now = p.now.max(t),
+            None => return done(p),
+        }
+    }
+    done(p)
+}
+
+/// A WRITE of `len` bytes of a pattern from a to b at `off`; returns the pattern.
+fn post_write(p: &mut Pair, qa: QpHandle, id: u64, off: u64, len: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..len).map(|i| (i as u64 * 7 + id * 13) as u8).collect();
+    p.a.dev.memory_mut().write(MEM_BASE + off, &data).unwrap();
+    let (lk, rk) = (p.a.mr.lkey, p.b.mr.rkey);
+    p.a.dev
+        .post_send(qa, SendWr::new(id, SendOpcode::Write).with_sge(MEM_BASE + off, len as u32, lk).with_remote(MEM_BASE + off, rk))
+        .unwrap();
+    data
+}
+
+/// The CNP our notification point sends, byte for byte. Layout: RoCEv2 annex A17.9.3 (BTH
+/// opcode 0x81, 16 reserved bytes, ICRC), checked against Scapy's `scapy/contrib/roce.py`
+/// (`cnp(dqpn)`: `BTH(opcode=0x81, becn=1, dqpn=dqpn) / CNPPadding()`, two reserved 64-bit
+/// zero words; P_Key 0xFFFF, PSN 0, AckReq 0, FECN 0 by default) and droce's opcode table
+/// (`wire/opcode.rs`: CNP = BTH + 16-byte reserved header, 28 bytes). The ICRC below was
+/// computed independently of droce (zlib CRC-32 over 8 x 0xFF, the IP packet with TOS,
+/// TTL, IPv4 checksum, UDP checksum and BTH byte 4 set to 0xFF, stored LSB first).
+#[test]
+fn cnp_layout_golden() {
+    let mut p = pair(CcConfig::default());
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    post_write(&mut p, qa, 1, 0, 8);
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let n = p.a.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut f = buf[..n].to_vec();
+    assert_eq!(opcode(&f), Opcode::RcWriteOnly);
+    assert_eq!(f[15] & 3, 0b10, "data leaves ECT(0)");
+    set_ce(&mut f);
+    p.b.dev.handle_rx(Instant(1_000), &mut f);
+    assert_eq!(p.b.dev.counters().ecn_ce_rcvd, 1);
+    let n = p.b.dev.poll_transmit(Instant(1_000), &mut buf).unwrap();
+    let cnp = buf[..n].to_vec();
+    let sport = p.b.dev.query_qp(qb).unwrap().udp_sport;
+    assert_eq!(sport, 0xc121, "the RC QP's UDP source port (rc_udp_sport of QPNs 0x11/0x11)");
+    let a_qpn = p.a.dev.query_qp(qa).unwrap().qp_num.value();
+    assert_eq!(a_qpn, 0x11);
+    #[rustfmt::skip]
+    let want: [u8; 74] = [
+        // Ethernet: to the MAC the CE-marked frame came from (node a), from node b; IPv4.
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x01,  0x02, 0x00, 0x00, 0x00, 0x00, 0x02,  0x08, 0x00,
+        // IPv4: version/IHL; TOS 0xC0 = DSCP 48 (cnp_dscp) << 2 | Not-ECT; total length 60
+        // (20 IP + 8 UDP + 12 BTH + 16 reserved + 4 ICRC); identification 0 (b's first
+        // frame); DF; TTL 64; UDP; header checksum; 10.0.0.2 -> 10.0.0.1.
+        0x45, 0xc0, 0x00, 0x3c,  0x00, 0x00, 0x40, 0x00,  0x40, 0x11, 0x25, 0xef,
+        10, 0, 0, 2,  10, 0, 0, 1,
+        // UDP: source port of b's QP, destination 4791, length 40, checksum 0 (as rxe).
+        0xc1, 0x21, 0x12, 0xb7,  0x00, 0x28, 0x00, 0x00,
+        // BTH: opcode 0x81 (CNP); SE 0, M 0, pad 0, TVer 0; P_Key 0xFFFF (b's QP);
+        // FECN 0, BECN 1 (0x40); DestQP 0x000011 = a's QP, the marked frame's source;
+        // AckReq 0; PSN 0.
+        0x81, 0x00, 0xff, 0xff,  0x40, 0x00, 0x00, 0x11,  0x00, 0x00, 0x00, 0x00,
+        // 16 reserved bytes.
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        // ICRC.
+        0x90, 0x2e, 0xf5, 0x5a,
+    ];
+    assert_eq!(cnp, want, "CNP bytes: {cnp:02x?}");
+    assert_eq!(ipv4_sum(&cnp[14..34]), 0xffff, "IPv4 checksum verifies");
+    assert!(icrc::verify(&cnp[14..]), "ICRC verifies");
+    // The CNP leaves ahead of the ACK of the marked WRITE.
+    let n = p.b.dev.poll_transmit(Instant(1_000), &mut buf).unwrap();
+    assert_eq!(opcode(&buf[..n]), Opcode::RcAcknowledge);
+    assert_eq!(buf[15] & 3, 0b10, "ACKs leave ECT(0) too");
+    assert_eq!(p.b.dev.counters().cnp_sent, 1);
+    // a takes the CNP: one cut.
+    let mut c = cnp.to_vec();
+    p.a.dev.handle_rx(Instant(3_000), &mut c);
+    let cs = p.a.dev.counters();
+    assert_eq!((cs.cnp_rcvd, cs.cc_rate_cuts, cs.rcvd_bad_opcode), (1, 1, 0));
+    assert!(p.a.dev.qp_rate_bps(qa).unwrap() < CcConfig::default().line_rate_bps);
+}
+
+#[test]
+fn np_sends_one_cnp_per_interval() {
+    let cc = CcConfig { cnp_interval: Duration::from_micros(50), ..CcConfig::default() };
+    let mut p = pair(cc);
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    post_write(&mut p, qa, 1, 0, 64 * 1024);
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let mut frames = Vec::new();
+    while let Some(n) = p.a.dev.poll_transmit(Instant(0), &mut buf) {
+        frames.push(buf[..n].to_vec());
+    }
+    assert_eq!(frames.len(), 64);
+    let mut cnps = Vec::new();
+    // 64 CE-marked frames, one per microsecond: 0..=49 us one CNP, 50..=63 us another.
+    for (i, f) in frames.iter_mut().enumerate() {
+        set_ce(f);
+        let now = Instant(i as u64 * 1_000);
+        p.b.dev.handle_rx(now, f);
+        while let Some(n) = p.b.dev.poll_transmit(now, &mut buf) {
+            if opcode(&buf[..n]) == Opcode::Cnp {
+                cnps.push(now);
+            }
+        }
+    }
+    assert_eq!(cnps, vec![Instant(0), Instant(50_000)]);
+    let c = p.b.dev.counters();
+    assert_eq!((c.ecn_ce_rcvd, c.cnp_sent, c.cnp_suppressed), (64, 2, 62));
+}
+
+/// CE marks on a's data for the first `until`: CNPs flow back, a's rate drops, pacing
+/// spreads its frames, and once the marks stop the rate recovers to the line rate and
+/// the QP pays nothing again. The data arrives intact.
+#[test]
+fn marks_cut_the_rate_and_it_recovers() {
+    let cc = CcConfig { line_rate_bps: 10_000_000_000, ..CcConfig::default() };
+    let line = cc.line_rate_bps;
+    let mut p = pair(cc);
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    let until = Instant(2_000_000);
+    let mut seen = Seen::default();
+    let mut data = Vec::new();
+    let mut lowest = line;
+    // 32 WRITEs of 64 KiB, posted as the previous ones complete.
+    let mut posted = 0u64;
+    let mut completed = 0u64;
+    let ok = run(
+        &mut p,
+        &mut seen,
+        2_000_000,
+        |now, to_b, f| to_b && now < until && opcode(f) != Opcode::Cnp,
+        |p| {
+            while let Some(wc) = p.a.poll() {
+                assert_eq!(wc.status, WcStatus::Success);
+                completed += 1;
+            }
+            while posted < 32 && posted < completed + 4 {
+                data.push(post_write(p, qa, posted, posted * 65536, 65536));
+                posted += 1;
+            }
+            lowest = lowest.min(p.a.dev.qp_rate_bps(qa).unwrap());
+            completed == 32 && p.now > until && p.a.dev.qp_dcqcn(qa).is_none()
+        },
+    );
+    let ca = p.a.dev.counters().clone();
+    let cb = p.b.dev.counters().clone();
+    assert!(ok, "not done at {:?}: completed {completed}, rate {:?}, a {ca:?}", p.now, p.a.dev.qp_rate_bps(qa));
+    assert!(cb.ecn_ce_rcvd > 100, "{cb:?}");
+    assert!(cb.cnp_sent >= 10 && seen.cnps(false) as u64 == cb.cnp_sent, "{cb:?}");
+    assert_eq!(seen.cnps(true), 0, "a saw no marks");
+    assert_eq!(ca.cnp_rcvd, cb.cnp_sent);
+    assert!(ca.cc_rate_cuts >= 1 && ca.cc_rate_cuts <= ca.cnp_rcvd, "{ca:?}");
+    assert!(lowest < line / 2, "the rate went down to {lowest}");
+    assert!(ca.cc_pacing_stalls > 0, "pacing held frames back");
+    assert_eq!(ca.cc_rate_recovered, 1, "{ca:?}");
+    assert_eq!(p.a.dev.qp_rate_bps(qa), Some(line));
+    for (i, d) in data.iter().enumerate() {
+        assert_eq!(p.b.dev.memory().slice(MEM_BASE + i as u64 * 65536, 65536), &d[..], "WRITE {i}");
+    }
+    // Every frame but CNPs left ECT(0); CNPs left Not-ECT.
+    for (_, _, f) in &seen.frames {
+        let want = if opcode(f) == Opcode::Cnp { 0b00 } else { 0b10 };
+        assert_eq!(f[15] & 3, want);
+    }
+    // While the rate was cut, a's data left no faster than the rate allows: the gaps
+    // between a's frames after the first cut are far above the 10 G serialisation time
+    // (1 KiB frame at 10 Gb/s: ~0.85 us).
+    let first_cut = seen.frames.iter().find(|(_, to_b, f)| !*to_b && opcode(f) == Opcode::Cnp).map(|x| x.0).unwrap() + DELAY;
+    let a_data: Vec<Instant> = seen.frames.iter().filter(|(t, to_b, _)| *to_b && *t > first_cut && *t < until).map(|x| x.0).collect();
+    let span = a_data.last().unwrap().saturating_duration_since(a_data[0]).as_nanos();
+    let bits = a_data.len() as u64 * 1100 * 8;
+    assert!(bits * 1_000_000_000 / span.max(1) < line, "{} frames in {span} ns", a_data.len());
+}
+
+/// The pacer holds a QP to its rate: with the rate fixed at 1 Gb/s (no increase events in
+/// the test's time), 1 MiB takes bytes * 8 / rate on the wire, within a bucket.
+#[test]
+fn pacing_holds_the_qp_to_its_rate() {
+    let cc = CcConfig {
+        rate_to_set_on_first_cnp: 1000,
+        rpg_time_reset: Duration::from_millis(1_000),
+        rpg_byte_reset: u64::MAX,
+        ..CcConfig::default()
+    };
+    let burst = cc.pacer_burst_bytes as u64;
+    let mut p = pair(cc);
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    // One CE mark on a frame from a: b's CNP sets a to 1 Gb/s.
+    post_write(&mut p, qa, 0, 0, 8);
+    let mut seen = Seen::default();
+    let mut first = true;
+    run(&mut p, &mut seen, 10_000, |_, to_b, _| to_b && std::mem::take(&mut first), |p| p.a.poll().is_some());
+    assert_eq!(p.a.dev.qp_rate_bps(qa), Some(1_000_000_000));
+    assert_eq!(p.b.dev.counters().cnp_sent, 1);
+    let _ = qb;
+    let start = p.now;
+    let d = post_write(&mut p, qa, 1, 0, 1 << 20);
+    let mut seen = Seen::default();
+    assert!(run(&mut p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
+    assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
+    let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
+    let bytes: u64 = a.iter().map(|x| x.2.len() as u64).sum();
+    let last = a.last().unwrap().0;
+    let took = last.saturating_duration_since(start).as_nanos();
+    // Time for all but one bucket (the burst allowance) and the last frame.
+    let expect = (bytes - burst - a.last().unwrap().2.len() as u64) * 8;
+    assert!(took >= expect * 99 / 100 && took <= expect * 102 / 100 + 20_000, "{} frames, {bytes} bytes in {took} ns, expected ~{expect}", a.len());
+    assert!(p.a.dev.counters().cc_pacing_stalls > 100);
+}
+
+/// UD: a CE-marked datagram is answered with a CNP to its DETH source QP, at the address it
+/// came from; the sender's UD QP is cut.
+#[test]
+fn ud_cnp_goes_to_the_deth_source_qp() {
+    let mut p = pair(CcConfig::default());
+    let qkey = QKey(0x1111_1111);
+    let (qa, qb) = p.ud_pair(qkey);
+    let dest = p.ud_dest(true, qb, qkey);
+    let (lka, lkb) = (p.a.mr.lkey, p.b.mr.lkey);
+    p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(MEM_BASE, 4096, lkb)).unwrap();
+    p.a.dev.memory_mut().write(MEM_BASE, b"datagram").unwrap();
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 8, lka).with_ud(dest)).unwrap();
+    let mut seen = Seen::default();
+    let mut first = true;
+    run(&mut p, &mut seen, 10_000, |_, to_b, _| to_b && std::mem::take(&mut first), |p| p.a.dev.counters().cnp_rcvd > 0);
+    let cnp = seen.frames.iter().find(|(_, to_b, f)| !*to_b && opcode(f) == Opcode::Cnp).expect("a CNP");
+    let (r, _) = RoceRepr::parse(&cnp.2).unwrap();
+    assert_eq!(r.bth.dest_qp, p.a.dev.query_qp(qa).unwrap().qp_num);
+    assert_eq!((r.ip.src_gid(), r.ip.dst_gid(), r.eth.dst_addr.0), (p.b.gid, p.a.gid, p.a.mac));
+    assert!(r.bth.becn && !r.bth.fecn);
+    assert_eq!(p.a.dev.counters().cc_rate_cuts, 1);
+    assert!(p.a.dev.qp_rate_bps(qa).unwrap() < CcConfig::default().line_rate_bps);
+    let wc = p.b.poll().unwrap();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 48));
+}
+
+/// `CcConfig::off()`: frames leave Not-ECT, CE marks are counted but answered by nothing,
+/// a CNP (from a peer with CC on) is counted and changes nothing.
+#[test]
+fn off_sends_nothing_new() {
+    let mut p = pair(CcConfig::off());
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    let d = post_write(&mut p, qa, 1, 0, 64 * 1024);
+    let mut seen = Seen::default();
+    assert!(run(&mut p, &mut seen, 100_000, |_, to_b, _| to_b, |p| p.a.poll().is_some()));
+    assert_eq!(p.b.dev.memory().slice(MEM_BASE, 64 * 1024), &d[..]);
+    assert!(seen.frames.iter().all(|(_, _, f)| f[15] & 3 == 0 && opcode(f) != Opcode::Cnp));
+    let (ca, cb) = (p.a.dev.counters(), p.b.dev.counters());
+    assert_eq!((cb.ecn_ce_rcvd, cb.cnp_sent, cb.cnp_suppressed), (64, 0, 0));
+    assert_eq!((ca.cnp_rcvd, ca.cc_rate_cuts, ca.cc_pacing_stalls), (0, 0, 0));
+    // A CNP from a CC-enabled peer is counted and ignored.
+    let mut q = pair(CcConfig::default());
+    let (qa2, _) = q.rc_pair(RcOpts::default());
+    post_write(&mut q, qa2, 1, 0, 8);
+    let mut buf = vec![0u8; q.a.dev.max_frame_len()];
+    let n = q.a.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut f = buf[..n].to_vec();
+    set_ce(&mut f);
+    q.b.dev.handle_rx(Instant(0), &mut f);
+    let n = q.b.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut cnp = buf[..n].to_vec();
+    p.a.dev.handle_rx(p.now, &mut cnp);
+    assert_eq!(p.a.dev.counters().cnp_rcvd, 1);
+    assert_eq!(p.a.dev.qp_rate_bps(qa), Some(CcConfig::off().line_rate_bps));
+    assert!(p.a.dev.qp_dcqcn(qa).is_none());
+}
+
+/// A QP that never saw a CNP has no DCQCN state and no congestion-control deadline: a
+/// finished transfer leaves the device without timers.
+#[test]
+fn unmarked_traffic_pays_nothing() {
+    let mut p = pair(CcConfig::default());
+    let (qa, qb) = p.rc_pair(RcOpts::default());
+    post_write(&mut p, qa, 1, 0, 256 * 1024);
+    let mut seen = Seen::default();
+    assert!(run(&mut p, &mut seen, 100_000, |_, _, _| false, |p| p.a.poll().is_some()));
+    assert!(p.a.dev.qp_dcqcn(qa).is_none() && p.b.dev.qp_dcqcn(qb).is_none());
+    let c = p.a.dev.counters();
+    assert_eq!((c.cc_pacing_stalls, c.cnp_rcvd, c.ecn_ce_rcvd), (0, 0, 0));
+    // Frames of one message leave back to back, in one round.
+    let a: Vec<Instant> = seen.frames.iter().filter(|x| x.1).map(|x| x.0).collect();
+    assert_eq!(a.len(), 256);
+    assert!(a.iter().all(|t| *t == a[0]));
+    // Only the ACK coalescing / retransmit timers of the transport remain, none of ours.
+    run(&mut p, &mut seen, 1_000, |_, _, _| false, |_| false);
+    assert_eq!(p.a.dev.poll_timeout(), None);
+}
+
+/// A CNP for an RC QP from an address that is not its peer is not taken.
+#[test]
+fn rc_takes_cnps_only_from_its_peer() {
+    let mut p = pair(CcConfig::default());
+    let (qa, _qb) = p.rc_pair(RcOpts::default());
+    post_write(&mut p, qa, 1, 0, 8);
+    let mut buf = vec![0u8; p.a.dev.max_frame_len()];
+    let n = p.a.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut f = buf[..n].to_vec();
+    set_ce(&mut f);
+    p.b.dev.handle_rx(Instant(0), &mut f);
+    let n = p.b.dev.poll_transmit(Instant(0), &mut buf).unwrap();
+    let mut cnp = buf[..n].to_vec();
+    // Source address 10.0.0.9 instead of b's 10.0.0.2 (IPv4 checksum fixed; the ICRC
+    // covers the addresses, so recompute it too).
+    cnp[29] = 9;
+    cnp[24..26].fill(0);
+    let c = !ipv4_sum(&cnp[14..34]);
+    cnp[24..26].copy_from_slice(&c.to_be_bytes());
+    let l = cnp.len();
+    let crc = icrc::compute(&cnp[14..l - 4]).unwrap();
+    cnp[l - 4..].copy_from_slice(&crc.to_le_bytes());
+    p.a.dev.handle_rx(Instant(0), &mut cnp);
+    let c = p.a.dev.counters();
+    assert_eq!((c.cnp_rcvd, c.cc_rate_cuts, c.rcvd_not_for_us), (0, 0, 1));
+}
