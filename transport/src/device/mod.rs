@@ -297,6 +297,24 @@ impl<M: Memory> Device<M> {
         self.qps.get(qp.0).map(|q| q.cc.rate_bps(&self.cfg.cc))
     }
 
+    /// Congestion control from now on: the header templates are rebuilt (so that `ecn`
+    /// applies to the next frames), and with `dcqcn` off every QP's rate is back at the
+    /// maximum and unpaced.
+    pub fn set_cc(&mut self, cc: CcConfig) {
+        let off = !cc.dcqcn;
+        self.cfg.cc = cc;
+        let mut unblocked = Vec::new();
+        for (idx, q) in self.qps.iter_mut() {
+            q.tx_hdr = None;
+            if off && q.cc.rp.take().is_some() {
+                unblocked.push(idx);
+            }
+        }
+        for idx in unblocked {
+            self.mark_ready(idx);
+        }
+    }
+
     /// The DCQCN reaction-point state of a QP, while its rate is below the maximum.
     pub fn qp_dcqcn(&self, qp: QpHandle) -> Option<&cc::Dcqcn> {
         self.qps.get(qp.0)?.cc.rp.as_ref().map(|r| &r.dcqcn)

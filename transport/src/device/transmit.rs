@@ -168,7 +168,8 @@ impl<M: Memory> Device<M> {
                     None => None,
                 };
                 let Some(pkt) = pkt else {
-                    if hold_data {
+                    // Held with data to send (not merely idle while paced).
+                    if hold_data && !err && (front_is_read(q) || rc_request_ready(q, &lim)) {
                         self.pacer_stall(idx, now);
                     }
                     return None;
