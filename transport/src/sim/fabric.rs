@@ -346,6 +346,11 @@ impl Fabric {
         at
     }
 
+    /// The stream's QPs: the sender's and the receiver's.
+    pub fn stream_qps(&self, s: usize) -> (QpHandle, QpHandle) {
+        (self.streams[s].qp_from, self.streams[s].qp_to)
+    }
+
     pub fn stream_stats(&self, s: usize) -> StreamStats {
         self.streams[s].stats
     }
@@ -611,6 +616,7 @@ fn is_cnp(frame: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cc::CcConfig;
 
     fn write_stream(from: usize, to: usize, size: usize, count: u64) -> StreamSpec {
         StreamSpec { from, to, op: StreamOp::Write, size, outstanding: 4, count: Some(count), verify: true }
@@ -620,7 +626,7 @@ mod tests {
     fn one_sender_is_paced_by_its_uplink() {
         // 1 -> 1 with no competition: the receiver's egress port never holds more than a
         // frame or two, and the transfer takes about size * 8 / rate.
-        let mut f = Fabric::new(FabricConfig::incast(1), |_| DeviceConfig::default());
+        let mut f = Fabric::new(FabricConfig::incast(1), |_| no_cc());
         let (s, r) = (f.sender(0), f.receiver(0));
         let st = f.add_stream(write_stream(s, r, 64 << 10, 32), RcOpts::default());
         assert!(f.run_idle(10_000_000));
@@ -634,9 +640,13 @@ mod tests {
         assert!(took >= wire_ns && took < wire_ns + wire_ns / 4 + 200_000, "took {took} ns for {wire_ns} ns of frames");
     }
 
+    fn no_cc() -> DeviceConfig {
+        DeviceConfig { cc: CcConfig::off(), ..DeviceConfig::default() }
+    }
+
     #[test]
     fn incast_queues_at_the_receivers_port() {
-        let mut f = Fabric::new(FabricConfig::incast(4), |_| DeviceConfig { cc: crate::cc::CcConfig::off(), ..DeviceConfig::default() });
+        let mut f = Fabric::new(FabricConfig::incast(4), |_| no_cc());
         let r = f.receiver(0);
         let ids: Vec<usize> = (0..4).map(|i| f.add_stream(write_stream(i, r, 16 << 10, 20), RcOpts::default())).collect();
         assert!(f.run_idle(10_000_000));
@@ -645,7 +655,8 @@ mod tests {
         }
         let b = f.port_stats(f.bottleneck());
         assert!(b.max_queue_bytes > 20_000, "four senders at line rate must queue: {}", b.max_queue_bytes);
-        assert_eq!(b.marked, 0, "the devices send Not-ECT frames: nothing to mark");
+        assert_eq!(b.marked, 0, "without CC the devices send Not-ECT frames: nothing to mark");
+        assert_eq!(f.stats.cnps, 0);
         for (p, port) in f.ports() {
             let s = port.stats();
             assert_eq!(s.enqueued, s.dequeued, "{p:?} drained");
@@ -653,8 +664,28 @@ mod tests {
     }
 
     #[test]
+    fn with_cc_the_port_marks_and_the_receiver_answers_with_cnps() {
+        let mut f = Fabric::new(FabricConfig::incast(4), |_| DeviceConfig::default());
+        let r = f.receiver(0);
+        let ids: Vec<usize> = (0..4).map(|i| f.add_stream(write_stream(i, r, 16 << 10, 40), RcOpts::default())).collect();
+        assert!(f.run_idle(10_000_000));
+        for s in ids {
+            assert_eq!(f.stream_stats(s).verified, 40);
+        }
+        let b = f.port_stats(f.bottleneck());
+        assert!(b.marked > 0, "ECT frames above Kmin are marked: {b:?}");
+        assert_eq!(f.nodes[r].dev.counters().ecn_ce_rcvd, b.marked, "every mark reaches the receiver");
+        let sent = f.nodes[r].dev.counters().cnp_sent;
+        assert!(sent > 0);
+        assert_eq!(f.stats.cnps, sent, "the fabric sees every CNP the receiver sends");
+        let rcvd: u64 = (0..4).map(|i| f.nodes[i].dev.counters().cnp_rcvd).sum();
+        assert_eq!(rcvd, sent);
+        assert_eq!(f.cnps_to.iter().take(4).sum::<u64>(), sent, "CNPs go to the senders");
+    }
+
+    #[test]
     fn dumbbell_flows_share_the_core() {
-        let mut f = Fabric::new(FabricConfig::dumbbell(2), |_| DeviceConfig::default());
+        let mut f = Fabric::new(FabricConfig::dumbbell(2), |_| no_cc());
         let a = f.add_stream(write_stream(0, f.receiver(0), 8 << 10, 30), RcOpts::default());
         let b = f.add_stream(StreamSpec { op: StreamOp::Send, ..write_stream(1, f.receiver(1), 8 << 10, 30) }, RcOpts::default());
         assert!(f.run_idle(10_000_000));
