@@ -22,8 +22,9 @@
 //!
 //! To try other settings: `--switch rate=10g,kmin=10k,kmax=160k,pmax=0.5` (the switch ports
 //! in the bottleneck's text form; without `queue=` the buffer is 4 x Kmax), `--cc-param
-//! dce_tcp_rtt=55,rpg_byte_reset=10000000` (any `CcConfig` DCQCN field by name; durations
-//! in microseconds, rates in Mb/s), `--max-unacked N` (the requester's window in PSNs, 128
+//! dce_tcp_rtt=55,rpg_byte_reset=10000000` (the congestion-control text form of the conf key
+//! `cc` and `droce-pmd --cc`: any `CcConfig` field by name, durations in microseconds unless
+//! suffixed, rates in Mb/s; the line rate stays the hosts'), `--max-unacked N` (the requester's window in PSNs, 128
 //! by default), `--timeout T`, `--warmup MS`, `--size BYTES`, `--outstanding K`, `--seed S`.
 
 use droce_transport::sim::fabric::{Fabric, FabricConfig, StreamOp, StreamSpec};
@@ -45,7 +46,7 @@ struct Args {
     seed: u64,
     switch: BottleneckConfig,
     /// DCQCN parameters changed from their defaults (`--cc-param`).
-    cc_params: Vec<(String, u64)>,
+    cc_params: String,
     /// The QPs' local ACK timeout exponent (4.096 us * 2^timeout).
     timeout: u8,
     /// The devices' `max_unacked_psns` (the requester's window), None: the default.
@@ -59,7 +60,7 @@ fn usage(why: &str) -> ! {
 }
 
 fn parse_args() -> Args {
-    let mut a = Args { senders: vec![2, 8], cc: vec![false, true], ms: 200, warmup_ms: None, size: 64 << 10, outstanding: 8, seed: 1, switch: FabricConfig::incast(1).switch, cc_params: Vec::new(), timeout: 14, max_unacked: None };
+    let mut a = Args { senders: vec![2, 8], cc: vec![false, true], ms: 200, warmup_ms: None, size: 64 << 10, outstanding: 8, seed: 1, switch: FabricConfig::incast(1).switch, cc_params: String::new(), timeout: 14, max_unacked: None };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().unwrap_or_else(|| usage(&format!("{k} needs a value")));
@@ -81,15 +82,9 @@ fn parse_args() -> Args {
             "--timeout" => a.timeout = num(v()).min(31) as u8,
             "--max-unacked" => a.max_unacked = Some(num(v()) as u32),
             "--cc-param" => {
-                for kv in v().split(',').filter(|kv| !kv.is_empty()) {
-                    let (k, val) = kv.split_once('=').unwrap_or_else(|| usage(&format!("--cc-param: '{kv}' is not key=value")));
-                    let val = val.parse().unwrap_or_else(|_| usage(&format!("--cc-param: '{val}' is not an integer")));
-                    let mut probe = CcConfig::default();
-                    if !set_cc_param(&mut probe, k, val) {
-                        usage(&format!("--cc-param: unknown parameter '{k}'"));
-                    }
-                    a.cc_params.push((k.to_string(), val));
-                }
+                let text = v();
+                text.parse::<CcConfig>().unwrap_or_else(|e| usage(&format!("--cc-param: {e}")));
+                a.cc_params = text;
             }
             "--switch" => {
                 let text = v();
@@ -117,45 +112,16 @@ const HAVE_CC: bool = true;
 
 /// CC on: DCQCN with its defaults (ConnectX's) at the hosts' line rate, but for the
 /// `--cc-param`s; off: none of it.
-fn device_config(cc: bool, line_rate_bps: u64, params: &[(String, u64)], max_unacked: Option<u32>) -> DeviceConfig {
+fn device_config(cc: bool, line_rate_bps: u64, params: &str, max_unacked: Option<u32>) -> DeviceConfig {
     let cc = if cc {
-        let mut c = CcConfig { line_rate_bps, ..CcConfig::default() };
-        for (k, v) in params {
-            set_cc_param(&mut c, k, *v);
-        }
-        c
+        // checked when the arguments were read
+        let c: CcConfig = params.parse().unwrap_or_default();
+        CcConfig { line_rate_bps, ..c }
     } else {
         CcConfig::off()
     };
     let d = DeviceConfig::default();
     DeviceConfig { cc, max_unacked_psns: max_unacked.unwrap_or(d.max_unacked_psns), ..d }
-}
-
-/// Sets one DCQCN parameter by its name (durations in microseconds, rates in Mb/s, as
-/// `CcConfig` documents them); false for an unknown name.
-fn set_cc_param(c: &mut CcConfig, k: &str, v: u64) -> bool {
-    let us = Duration::from_micros(v);
-    match k {
-        "cnp_interval" => c.cnp_interval = us,
-        "pacer_burst_bytes" => c.pacer_burst_bytes = v as u32,
-        "rpg_time_reset" => c.rpg_time_reset = us,
-        "rpg_byte_reset" => c.rpg_byte_reset = v,
-        "rpg_threshold" => c.rpg_threshold = v as u32,
-        "rpg_ai_rate" => c.rpg_ai_rate = v,
-        "rpg_hai_rate" => c.rpg_hai_rate = v,
-        "rpg_gd" => c.rpg_gd = v as u32,
-        "rpg_min_dec_fac" => c.rpg_min_dec_fac = v as u32,
-        "rpg_min_rate" => c.rpg_min_rate = v,
-        "rpg_max_rate" => c.rpg_max_rate = v,
-        "dce_tcp_g" => c.dce_tcp_g = v as u32,
-        "dce_tcp_rtt" => c.dce_tcp_rtt = us,
-        "rate_reduce_monitor_period" => c.rate_reduce_monitor_period = us,
-        "initial_alpha_value" => c.initial_alpha_value = v as u32,
-        "rate_to_set_on_first_cnp" => c.rate_to_set_on_first_cnp = v,
-        "clamp_tgt_rate" => c.clamp_tgt_rate = v != 0,
-        _ => return false,
-    }
-    true
 }
 
 /// Jain's fairness index: (sum x)^2 / (n * sum x^2); 1 = equal shares.

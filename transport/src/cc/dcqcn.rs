@@ -207,7 +207,7 @@ mod tests {
     const G: u64 = 1_000_000_000;
 
     fn cfg() -> CcConfig {
-        CcConfig { line_rate_bps: 10 * G, ..CcConfig::default() }
+        CcConfig { line_rate_bps: 10 * G, ..CcConfig::connectx() }
     }
 
     #[test]

@@ -94,7 +94,28 @@ pub struct CcConfig {
 }
 
 impl Default for CcConfig {
+    /// [`CcConfig::connectx`] with the DCQCN paper's timers: alpha updated and the rate
+    /// increased every 55 us, g = 4/1024 (1/256), and the byte counter out of the way (10 MB).
+    /// ConnectX's 1 us alpha period suits CNPs at line rate from a NIC; droce's notification
+    /// point sends at most one CNP per QP per `cnp_interval` (50 us), and between two of them
+    /// a 1 us period decays alpha to about 2 %, so every cut takes about 1 % off the rate. The
+    /// incast benchmark (BENCHMARKS.md, "Congestion control") measures both sets.
     fn default() -> Self {
+        CcConfig {
+            rpg_time_reset: Duration::from_micros(55),
+            rpg_byte_reset: 10_000_000,
+            dce_tcp_g: 1020,
+            dce_tcp_rtt: Duration::from_micros(55),
+            ..CcConfig::connectx()
+        }
+    }
+}
+
+impl CcConfig {
+    /// The defaults of NVIDIA ConnectX firmware (mlx5 `cc_params`), parameter for parameter
+    /// (`cc = dce_tcp_rtt=1,rpg_time_reset=300,rpg_byte_reset=32767,dce_tcp_g=1019` on top of
+    /// droce's defaults gives the same).
+    pub fn connectx() -> Self {
         CcConfig {
             ecn: true,
             np: true,

@@ -1,6 +1,7 @@
 //! The text form of [`CcConfig`], for config files, environment variables and the CLI:
-//! `on` (the defaults), `off` ([`CcConfig::off`]), or comma-separated `key=value` pairs
-//! applied on top of the defaults, optionally after a leading `on`/`off`:
+//! `on` (the defaults), `off` ([`CcConfig::off`]), `connectx` ([`CcConfig::connectx`], the
+//! NIC firmware's DCQCN timers), or comma-separated `key=value` pairs applied on top of the
+//! defaults, optionally after one of those words:
 //!
 //! `off,ecn=on` (mark ECT but neither notify nor react), `line_rate=25g,rpg_ai_rate=10`,
 //! `cnp_interval=20us`.
@@ -33,7 +34,7 @@ pub enum CcParseError {
 impl fmt::Display for CcParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CcParseError::UnknownKey(k) => write!(f, "unknown congestion-control key '{k}' (known: on, off, {})", KEYS.join(", ")),
+            CcParseError::UnknownKey(k) => write!(f, "unknown congestion-control key '{k}' (known: on, off, connectx, {})", KEYS.join(", ")),
             CcParseError::MissingValue(k) => write!(f, "congestion-control key '{k}' needs a value, e.g. {k}=..."),
             CcParseError::BadValue { key, value, want } => write!(f, "congestion-control key '{key}': '{value}' is not {want}"),
         }
@@ -97,6 +98,7 @@ impl FromStr for CcConfig {
                 match item.to_ascii_lowercase().as_str() {
                     "on" => c = CcConfig::default(),
                     "off" => c = CcConfig::off(),
+                    "connectx" => c = CcConfig::connectx(),
                     k if KEYS.contains(&k) => return Err(CcParseError::MissingValue(item.into())),
                     _ => return Err(CcParseError::UnknownKey(item.into())),
                 }
@@ -154,6 +156,9 @@ mod tests {
         assert_eq!("on".parse::<CcConfig>().unwrap(), CcConfig::default());
         assert_eq!("".parse::<CcConfig>().unwrap(), CcConfig::default());
         assert_eq!("off".parse::<CcConfig>().unwrap(), CcConfig::off());
+        assert_eq!("connectx".parse::<CcConfig>().unwrap(), CcConfig::connectx());
+        let c: CcConfig = "dce_tcp_rtt=1,rpg_time_reset=300,rpg_byte_reset=32767,dce_tcp_g=1019".parse().unwrap();
+        assert_eq!(c, CcConfig::connectx(), "the doc's recipe for the firmware defaults");
         let c: CcConfig = "off,ecn=on".parse().unwrap();
         assert!(c.ecn && !c.np && !c.dcqcn);
         let c: CcConfig = "dcqcn=no".parse().unwrap();
