@@ -529,16 +529,20 @@ fn soak(n_msgs: u64, seed: u64, sr: (bool, bool), link: Link) -> Net {
 }
 
 const LOSSY: Link = Link { loss: 0.01, duplicate: 0.01, reorder: 0.01, reorder_window: Duration(20_000), bit_flip: 0.01, ..Link::CLEAN };
+/// LOSSY and congested: 5 % of the frames arrive CE-marked, so CNPs flow, rates are cut and
+/// the senders are paced while frames are lost, duplicated, reordered and corrupted.
+const CONGESTED: Link = Link { ce: 0.05, ..LOSSY };
 
 #[test]
 fn soak_1e5_lossy() {
     for seed in [0x5eed_0001u64, 0x5eed_0002] {
-        let n = soak(50_000, seed, (true, true), LOSSY);
+        let n = soak(50_000, seed, (true, true), CONGESTED);
         let (a, b) = (n.a.dev.counters(), n.b.dev.counters());
         eprintln!("seed {seed:#x}: link {:?}\nA {a:?}\nB {b:?}\nvirtual time {:?}", n.stats, n.now);
         eprintln!("selective: A {} retransmitted, {} NAKs", a.retransmitted_pkts, a.rcvd_seq_err);
         assert!(b.sr_held > 0 && a.sr_resent_pkts > 0, "the selective path ran");
-        let g = soak(50_000, seed, (false, false), LOSSY);
+        assert!(b.ecn_ce_rcvd > 0 && b.cnp_sent > 0 && a.cnp_rcvd > 0 && a.cc_rate_cuts > 0, "DCQCN ran: {a:?} {b:?}");
+        let g = soak(50_000, seed, (false, false), CONGESTED);
         let ga = g.a.dev.counters();
         eprintln!("go-back-N: link {:?} A {} retransmitted, {} NAKs, virtual time {:?}", g.stats, ga.retransmitted_pkts, ga.rcvd_seq_err, g.now);
         assert!(b.sr_held_duplicate > 0 && b.duplicate_request > 0);
@@ -549,10 +553,11 @@ fn soak_1e5_lossy() {
 #[test]
 #[ignore = "soak: 10^6 messages; run with --release -- --ignored"]
 fn soak_1e6_lossy() {
-    let n = soak(1_000_000, 0x50a4_5e1e, (true, true), LOSSY);
+    let n = soak(1_000_000, 0x50a4_5e1e, (true, true), CONGESTED);
     let (a, b) = (n.a.dev.counters(), n.b.dev.counters());
     eprintln!("link {:?}\nA {a:?}\nB {b:?}\nvirtual time {:?}", n.stats, n.now);
     assert!(b.sr_held > 0 && a.sr_resent_pkts > 0);
+    assert!(a.cnp_rcvd > 0 && a.cc_rate_cuts > 0 && b.cnp_rcvd > 0, "DCQCN ran both ways: {a:?} {b:?}");
 }
 
 #[test]

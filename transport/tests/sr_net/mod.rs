@@ -30,12 +30,14 @@ pub struct Link {
     /// A reordered frame arrives up to this much later.
     pub reorder_window: Duration,
     pub bit_flip: f64,
+    /// Congestion: probability that a switch marks an ECT frame CE on the way.
+    pub ce: f64,
 }
 
 impl Link {
     /// 10 Gb/s, 5 µs each way, no faults.
     pub const CLEAN: Link =
-        Link { rate_gbps: 10.0, delay: Duration(5_000), loss: 0.0, duplicate: 0.0, reorder: 0.0, reorder_window: Duration(0), bit_flip: 0.0 };
+        Link { rate_gbps: 10.0, delay: Duration(5_000), loss: 0.0, duplicate: 0.0, reorder: 0.0, reorder_window: Duration(0), bit_flip: 0.0, ce: 0.0 };
 
     /// Time `len` bytes of frame occupy the line.
     pub fn serialisation(&self, len: usize) -> Duration {
@@ -174,6 +176,10 @@ impl Net {
         };
         for _ in 0..copies {
             let mut f = frame.to_vec();
+            // (no draw when off, so the seeded fates of the other tests stay as they were)
+            if self.link.ce > 0.0 && self.chance(self.link.ce) {
+                droce_transport::bottleneck::set_ce(&mut f);
+            }
             if self.chance(self.link.bit_flip) {
                 let bit = self.next_rand() % (f.len() as u64 * 8);
                 f[(bit / 8) as usize] ^= 1 << (bit % 8);
