@@ -247,8 +247,15 @@ fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
     need_tools();
     let _g = serial();
     for victim in ["server", "client"] {
-        let p = droce();
+        let mut p = droce();
         let _locks = LinkLocks::of(&p.env);
+        // Both capture their frames: a capture past its first 64 KiB buffer proves the
+        // ping-pong itself runs. Killed earlier (setup over the link takes seconds on a busy
+        // machine), the survivor may still be in fi_pingpong's TCP control exchange and end
+        // there ("ctrl/read: no data"), before droce has anything to report.
+        let pcaps = std::env::temp_dir().join(unique("fab-kill"));
+        std::fs::create_dir_all(&pcaps).unwrap();
+        p.env.extend(harness::env(&[("DROCE_PCAP", &format!("{}/{{pid}}.pcap", pcaps.display()))]));
         let port = free_port();
         let common = format!("fi_pingpong -p droce -e msg -I 100000000 -S 64");
         let mut s = Proc::spawn("fi_pingpong server", &args(&format!("{common} -B {port}")), &p.env, DEADLINE);
@@ -261,8 +268,16 @@ fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
         while !tcp_established(port) && c.running() && t0.elapsed() < SERVER_UP {
             std::thread::sleep(Duration::from_millis(20));
         }
-        // well into the round trips (the connection setup over the link takes a moment)
-        std::thread::sleep(Duration::from_millis(1500));
+        // well into the round trips: both captures hold more than the connection setup
+        let captured = |min: u64| {
+            let sizes: Vec<u64> = std::fs::read_dir(&pcaps).unwrap().filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).collect();
+            sizes.len() == 2 && sizes.iter().all(|&n| n >= min)
+        };
+        let t0 = Instant::now();
+        while !captured(64 << 10) && s.running() && c.running() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(captured(64 << 10), "no ping-pong traffic within 30 s:\n{}{}", s.output(), c.output());
         assert!(s.running() && c.running(), "both must still run:\n{}{}", s.output(), c.output());
         let (victim_proc, mut survivor) = if victim == "server" { (s, c) } else { (c, s) };
         drop(victim_proc); // SIGTERM, then SIGKILL, to its process group
@@ -276,6 +291,7 @@ fn fi_pingpong_msg_survivor_of_a_killed_peer_ends_at_once() {
         assert!(d.out.contains("cq_readerr") || d.out.contains("flushed"), "{victim} killed: no failed completion reported:\n{}", d.show());
         // the retry path takes 17 s; the link watch a few ms (slack for a loaded machine)
         assert!(seen < Duration::from_secs(8), "{victim} killed: the survivor took {seen:?} to end:\n{}", d.show());
+        let _ = std::fs::remove_dir_all(&pcaps);
     }
 }
 
