@@ -279,27 +279,6 @@ fn uct_ud_survives_dropped_datagrams() {
     }
 }
 
-/// The sum over every `name: value` of the device statistics blocks in `out`
-/// (`DROCE_UCX_STATS`: one block per process, printed when its interface closes), and how many
-/// blocks named it.
-fn counter(out: &str, name: &str) -> (u64, usize) {
-    let key = format!("{name}:");
-    let mut sum = 0;
-    let mut seen = 0;
-    for l in out.lines() {
-        let mut w = l.split_whitespace();
-        while let Some(k) = w.next() {
-            if k == key {
-                if let Some(v) = w.next().and_then(|v| v.parse::<u64>().ok()) {
-                    sum += v;
-                    seen += 1;
-                }
-            }
-        }
-    }
-    (sum, seen)
-}
-
 /// droce_rc negotiates selective repeat in its endpoint addresses: with 1 % of the received
 /// frames dropped on both sides, a put_bw stream of 64 KiB messages is repaired by resending
 /// the lost packets alone (the responder holds what came after a gap: `sr_held`; the requester
