@@ -292,7 +292,9 @@ fn uct_rc_negotiates_selective_repeat_under_loss() {
     let dev = "-d droce0 -x droce_rc";
     let faults = ("DROCE_FAULTS", "rx:drop=0.01;seed=3");
     let run = |server_only: &[(&str, &str)]| {
-        let e = pair_env(&unique("ucxsr"), &[faults, ("DROCE_UCX_STATS", "1")]);
+        // A progress thread: a process blocked in ucx_perftest's socket exchange would answer
+        // no retransmission of a lost last ACK (as in tests/fabric.rs).
+        let e = pair_env(&unique("ucxsr"), &[faults, ("DROCE_UCX_STATS", "1"), ("DROCE_PROGRESS", "thread")]);
         perftest_outputs(dev, &format!("{dev} -t put_bw -n 300 -w 20 -s 65536 -D zcopy"), &e, &env(server_only))
             .unwrap_or_else(|m| panic!("droce_rc put_bw with 1% loss: {m}"))
             .1
