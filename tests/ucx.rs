@@ -8,6 +8,8 @@
 //!   am_lat and am_bw over droce_ud; UCP-level tag_lat, tag_bw, ucp_put_bw, ucp_get with
 //!   UCX_TLS=droce_rc,droce_ud;
 //! - droce_ud delivers every active message in order when frames are dropped (DROCE_FAULTS);
+//! - droce_rc runs selective repeat when both ends offer it in their endpoint addresses, and
+//!   go-back-N with `DROCE_SELECTIVE_REPEAT=0` (the device counters of `DROCE_UCX_STATS`);
 //! - a client whose peer dies ends (RC retries exhausted → error), it does not hang.
 //!
 //! The MPI jobs (MPICH, Open MPI pml ucx) are in tests/mpi.rs (`mod ucx`).
@@ -82,11 +84,18 @@ fn parse_final(out: &str) -> Option<Final> {
 /// One ucx_perftest run: server (`server_args`) then client to 127.0.0.1 (`client_args`).
 /// Returns the client's figures, or both processes' output on failure.
 fn perftest(server_args: &str, client_args: &str, env: &[(String, String)]) -> Result<Final, String> {
+    perftest_outputs(server_args, client_args, env, &[]).map(|(f, _)| f)
+}
+
+/// [`perftest`] with `server_only` added to the server's environment, also returning both
+/// processes' output (client first).
+fn perftest_outputs(server_args: &str, client_args: &str, env: &[(String, String)], server_only: &[(String, String)]) -> Result<(Final, String), String> {
     let _g = serial();
     let _locks = LinkLocks::of(env);
     let port = free_port();
     let srv_cmd = args(&format!("ucx_perftest -p {port} {server_args}"));
-    let mut srv = Proc::spawn("ucx_perftest server", &srv_cmd, env, DEADLINE);
+    let srv_env: Vec<(String, String)> = env.iter().chain(server_only).cloned().collect();
+    let mut srv = Proc::spawn("ucx_perftest server", &srv_cmd, &srv_env, DEADLINE);
     let t0 = Instant::now();
     while !tcp_listening(port) {
         if !srv.running() || t0.elapsed() > Duration::from_secs(20) {
@@ -98,7 +107,7 @@ fn perftest(server_args: &str, client_args: &str, env: &[(String, String)]) -> R
     let cli = run("ucx_perftest client", &cli_cmd, env, DEADLINE);
     let srv = srv.finish();
     match parse_final(&cli.out) {
-        Some(f) if cli.ok() && srv.ok() && f.iters > 0 => Ok(f),
+        Some(f) if cli.ok() && srv.ok() && f.iters > 0 => Ok((f, format!("{}{}", cli.show(), srv.show()))),
         _ => Err(format!("ucx_perftest pair failed:\n{}{}", cli.show(), srv.show())),
     }
 }
@@ -268,6 +277,43 @@ fn uct_ud_survives_dropped_datagrams() {
         let f = perftest(dev, &format!("{dev} -t {test} {extra}"), &e).unwrap_or_else(|m| panic!("droce_ud {test} with 3% loss: {m}"));
         assert!(f.iters > 0, "{f:?}");
     }
+}
+
+/// droce_rc negotiates selective repeat in its endpoint addresses: with 1 % of the received
+/// frames dropped on both sides, a put_bw stream of 64 KiB messages is repaired by resending
+/// the lost packets alone (the responder holds what came after a gap: `sr_held`; the requester
+/// resends single packets: `sr_resent_pkts`). With `DROCE_SELECTIVE_REPEAT=0` on the server only, the
+/// pair agrees on go-back-N and neither counter moves, though the same faults hit it.
+#[test]
+fn uct_rc_negotiates_selective_repeat_under_loss() {
+    if !tools() {
+        return;
+    }
+    let dev = "-d droce0 -x droce_rc";
+    let faults = ("DROCE_FAULTS", "rx:drop=0.01;seed=3");
+    let run = |server_only: &[(&str, &str)]| {
+        // A progress thread: a process blocked in ucx_perftest's socket exchange would answer
+        // no retransmission of a lost last ACK (as in tests/fabric.rs).
+        let e = pair_env(&unique("ucxsr"), &[faults, ("DROCE_UCX_STATS", "1"), ("DROCE_PROGRESS", "thread")]);
+        perftest_outputs(dev, &format!("{dev} -t put_bw -n 300 -w 20 -s 65536 -D zcopy"), &e, &env(server_only))
+            .unwrap_or_else(|m| panic!("droce_rc put_bw with 1% loss: {m}"))
+            .1
+    };
+    let on = run(&[]);
+    let (held, blocks) = counter(&on, "sr_held");
+    let (resent, _) = counter(&on, "sr_resent_pkts");
+    eprintln!("selective repeat offered by both: sr_held {held}, sr_resent_pkts {resent}");
+    assert_eq!(blocks, 2, "one statistics block per process:\n{on}");
+    assert!(held > 0 && resent > 0, "selective repeat must be in use: sr_held {held}, sr_resent_pkts {resent}\n{on}");
+    let off = run(&[("DROCE_SELECTIVE_REPEAT", "0")]);
+    let (held, blocks) = counter(&off, "sr_held");
+    let (resent, _) = counter(&off, "sr_resent_pkts");
+    let (dropped, _) = counter(&off, "rx_fault_drop");
+    let (retx, _) = counter(&off, "retransmitted_pkts");
+    eprintln!("withdrawn by the server: sr_held {held}, sr_resent_pkts {resent}, rx_fault_drop {dropped}, retransmitted_pkts {retx}");
+    assert_eq!(blocks, 2, "{off}");
+    assert!(dropped > 0 && retx > 0, "the faults must have hit the go-back-N run too: {dropped} dropped, {retx} retransmitted\n{off}");
+    assert_eq!((held, resent), (0, 0), "go-back-N when one side withdraws the offer\n{off}");
 }
 
 #[test]

@@ -152,6 +152,7 @@ fn call(u: &mut Unstructured, w: &mut World) -> Result<()> {
         initiator_depth: u.arbitrary()?,
         retry_count: u.int_in_range(0..=7)?,
         rnr_retry_count: u.int_in_range(0..=7)?,
+        selective_repeat: u.arbitrary()?,
     };
     let dst = SocketAddr::new(if u.ratio(7, 8)? { IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)) } else { IpAddr::V6("fd00::2".parse().unwrap()) }, PORT);
     match u.int_in_range(0..=6)? {

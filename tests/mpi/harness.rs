@@ -352,3 +352,24 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid(2) has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The sum over every `name: value` of the device statistics blocks in `out` (`show roce
+/// stats` form, which the frontends print at close: `DROCE_UCX_STATS`, `DROCE_DEBUG` for the
+/// libfabric provider; one block per process), and how many blocks named it.
+pub fn counter(out: &str, name: &str) -> (u64, usize) {
+    let key = format!("{name}:");
+    let mut sum = 0;
+    let mut seen = 0;
+    for l in out.lines() {
+        let mut w = l.split_whitespace();
+        while let Some(k) = w.next() {
+            if k == key {
+                if let Some(v) = w.next().and_then(|v| v.parse::<u64>().ok()) {
+                    sum += v;
+                    seen += 1;
+                }
+            }
+        }
+    }
+    (sum, seen)
+}

@@ -390,3 +390,50 @@ fn one_qp1_per_device_and_close_frees_it() {
     }
     assert_eq!(got, Some(SidrEvent::Resolved { id, qpn: Qpn::new(0x42), qkey: QKey(1) }));
 }
+
+/// `ConnectParams::selective_repeat`: the QPs of both sides get the attribute when both offer
+/// it and the active side's private data leaves the 4 trailer bytes free (at most 52 of the
+/// 56 a REQ carries); otherwise neither does. Each consumer gets the other's data exactly as
+/// sent, the trailer zeroed.
+#[test]
+fn selective_repeat_when_both_offer_it_through_private_data() {
+    for (offer_a, offer_b, len_a, want) in [
+        (true, true, 8, true),
+        (true, true, 52, true),
+        (true, true, 53, false),
+        (true, false, 8, false),
+        (false, true, 8, false),
+        (false, false, 8, false),
+    ] {
+        let mut n = Net::new(LinkConfig::PERFECT, 11);
+        n.b.listen(PORT);
+        let qa = rc_qp(&mut n.p.a);
+        let qb = rc_qp(&mut n.p.b);
+        let now = n.p.now;
+        let pa = ConnectParams { private_data: vec![0xa1; len_a], selective_repeat: offer_a, ..ConnectParams::rping() };
+        let ca = n.a.connect(&mut n.p.a.dev, now, SocketAddr::new(ip(2), PORT), qa, &pa).expect("connect");
+        let cb = match n.event(false) {
+            CmAgentEvent::ConnectRequest { id, private_data, .. } => {
+                assert_eq!(&private_data[..len_a], &vec![0xa1; len_a][..]);
+                assert!(private_data[len_a..].iter().all(|&b| b == 0), "no trailer reaches the consumer: {private_data:?}");
+                id
+            }
+            e => panic!("want a connect request, got {e:?}"),
+        };
+        let pb = ConnectParams { private_data: vec![0xb2; 8], selective_repeat: offer_b, ..ConnectParams::rping() };
+        let now = n.p.now;
+        n.b.accept(&mut n.p.b.dev, now, cb, qb, &pb).expect("accept");
+        match n.event(true) {
+            CmAgentEvent::Established { id, private_data, .. } => {
+                assert_eq!(id, ca);
+                assert_eq!(&private_data[..8], &[0xb2; 8]);
+                assert!(private_data[8..].iter().all(|&b| b == 0), "no trailer reaches the consumer");
+            }
+            e => panic!("want Established on a, got {e:?}"),
+        }
+        assert!(matches!(n.event(false), CmAgentEvent::Established { .. }));
+        let sr_a = n.p.a.dev.query_qp(qa).unwrap().attr.selective_repeat;
+        let sr_b = n.p.b.dev.query_qp(qb).unwrap().attr.selective_repeat;
+        assert_eq!((sr_a, sr_b), (want, want), "offers a {offer_a}, b {offer_b}, {len_a} bytes of data");
+    }
+}

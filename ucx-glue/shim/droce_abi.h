@@ -16,7 +16,7 @@
 /* Sizes of the addresses the transports exchange. */
 #define DROCE_DEV_ADDR_LEN   16 /* GID (IPv4-mapped or IPv6) */
 #define DROCE_UD_IFACE_ADDR_LEN 4 /* UD QPN, little endian */
-#define DROCE_RC_EP_ADDR_LEN 8  /* RC QPN (24 bits) with the path MTU code in its high byte, initial PSN; little endian */
+#define DROCE_RC_EP_ADDR_LEN 8  /* RC QPN (24 bits) with the path MTU code in its high byte, initial PSN (24 bits) with the extensions offered in its high byte; little endian */
 #define DROCE_RKEY_PACKED_LEN 8 /* rkey (u32) + magic (u32) */
 
 typedef struct droce_iface_cfg {

@@ -54,6 +54,12 @@ pub struct RuntimeConfig {
     pub cc: CcConfig,
     /// The `cc` text gave `line_rate=`: keep it instead of the port's speed.
     pub cc_line_rate_given: bool,
+    /// Offer selective repeat to droce peers (conf key `selective-repeat`, env
+    /// `DROCE_SELECTIVE_REPEAT`; default yes). The frontends that connect RC QPs between droce
+    /// peers (the UCX transport, the libfabric provider) put the offer in what they exchange
+    /// and set `QpAttr::selective_repeat` only when both ends offer it
+    /// (docs/selective-repeat.md); `no` keeps their QPs on go-back-N, for A/B runs.
+    pub selective_repeat: bool,
     pub pcap: Option<PathBuf>,
     pub rank: Option<u32>,
     /// Mbufs in the pool (conf key `mbufs`, default [`DEFAULT_MBUFS`]).
@@ -178,7 +184,7 @@ pub(super) fn parse_progress(v: &str) -> Option<Progress> {
     }
 }
 
-pub(super) const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hold-acks, hugepages, memory, mbufs, lcore, log-level, faults, cc, pcap, eal";
+pub(super) const KEYS: &str = "vdev, allow, port, ip, peer, neighbour, mtu, progress, hold-acks, selective-repeat, hugepages, memory, mbufs, lcore, log-level, faults, cc, pcap, eal";
 
 /// Distinguishes the `--file-prefix` of successive EAL attempts in one process.
 pub(super) static PREFIX_SEQ: AtomicU32 = AtomicU32::new(0);
@@ -229,6 +235,11 @@ impl RuntimeConfig {
                 cfg.hold_acks = yes_no(v.trim()).ok_or_else(|| cfg_err(format!("DROCE_HOLD_ACKS='{v}': want 1 or 0 (yes or no)")))?;
             }
         }
+        if let Ok(v) = std::env::var("DROCE_SELECTIVE_REPEAT") {
+            if !v.trim().is_empty() {
+                cfg.selective_repeat = yes_no(v.trim()).ok_or_else(|| cfg_err(format!("DROCE_SELECTIVE_REPEAT='{v}': want 1 or 0 (yes or no)")))?;
+            }
+        }
         if let Ok(v) = std::env::var("DROCE_FAULTS") {
             if !v.trim().is_empty() {
                 cfg.faults = Some(v.trim().parse().map_err(|e| cfg_err(format!("DROCE_FAULTS='{v}': {e}")))?);
@@ -271,6 +282,7 @@ impl RuntimeConfig {
         let (mut huge, mut memory, mut lcore, mut log_level, mut faults, mut pcap) = (false, 256u32, None, "error".to_string(), None, None);
         let mut mbufs = DEFAULT_MBUFS;
         let mut hold_acks = true;
+        let mut selective_repeat = true;
         let mut cc = None;
         for (no, raw) in text.lines().enumerate() {
             let no = no + 1;
@@ -289,7 +301,7 @@ impl RuntimeConfig {
             }
             let single = matches!(
                 key,
-                "port" | "ip" | "peer" | "mtu" | "progress" | "hold-acks" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "cc" | "pcap" | "mbufs"
+                "port" | "ip" | "peer" | "mtu" | "progress" | "hold-acks" | "selective-repeat" | "hugepages" | "memory" | "lcore" | "log-level" | "faults" | "cc" | "pcap" | "mbufs"
             );
             if single {
                 if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
@@ -323,6 +335,7 @@ impl RuntimeConfig {
                 }
                 "progress" => progress = parse_progress(&value).ok_or_else(|| at(format!("'{value}': want manual or thread")))?,
                 "hold-acks" => hold_acks = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
+                "selective-repeat" => selective_repeat = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
                 "hugepages" => huge = yes_no(&value).ok_or_else(|| at(format!("'{value}': want yes or no")))?,
                 "memory" => {
                     memory = value.parse().ok().filter(|m| *m >= 64).ok_or_else(|| at(format!("'{value}': want a size in MB (≥ 64)")))?
@@ -372,6 +385,7 @@ impl RuntimeConfig {
         c.eth_mtu = mtu;
         c.progress = progress;
         c.hold_acks = hold_acks;
+        c.selective_repeat = selective_repeat;
         c.faults = faults;
         if let Some((cc, given)) = cc {
             (c.cc, c.cc_line_rate_given) = (cc, given);
@@ -399,6 +413,7 @@ impl RuntimeConfig {
             faults: None,
             cc: CcConfig::default(),
             cc_line_rate_given: false,
+            selective_repeat: true,
             pcap: None,
             rank: None,
             mbufs: DEFAULT_MBUFS,

@@ -15,7 +15,8 @@
 //!                       PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK (first set wins)
 //!   (no DROCE_CONF)     the zero-config default: a memif mesh of up to MESH_MAX processes
 //!   DROCE_LINK=<name>   name of the zero-config link (default "default"): separate meshes
-//!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_FAULTS=<spec>,
+//!   DROCE_PROGRESS=manual|thread, DROCE_HOLD_ACKS=1|0, DROCE_SELECTIVE_REPEAT=1|0,
+//!   DROCE_FAULTS=<spec>,
 //!   DROCE_PCAP=<path> ({pid}, {rank}), DROCE_MTU=<Ethernet MTU> (the conf's `mtu`; 1500
 //!                       keeps a memif pair at path MTU 1024),
 //!   DROCE_EAL=<extra EAL args> override / extend the conf
@@ -49,6 +50,8 @@
 //! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on ring ports and memif ports
 //! with `bsize` ≥ 4224, the port's MTU elsewhere), `progress` (`manual` | `thread`),
 //! `hold-acks` (`yes` | `no`, default yes: an RC ACK waits for the application's reply and leaves in its burst),
+//! `selective-repeat` (`yes` | `no`, default yes: the UCX transport and the libfabric provider
+//! offer selective repeat to droce peers; docs/selective-repeat.md),
 //! `hugepages` (`no` | `yes`; default no: `--no-huge -m <memory>`), `memory` (MB, default 256),
 //! `mbufs` (pool size, default 8191),
 //! `lcore` (the one EAL lcore; default: the first CPU the process may run on), `log-level`

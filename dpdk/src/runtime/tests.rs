@@ -33,7 +33,7 @@ fn ranks_conf_templating() {
 fn every_key() {
     let text = "vdev = net_memif0,role=server\nvdev=net_ring0\nallow = 0000:01:00.0\nport = net_ring0\nip = fd00::{rank}\n\
                 peer = fd00::9\nneighbour = fd00::9 02:00:00:00:00:09\nneighbor = 10.0.0.1 2:0:0:0:0:a\nmtu = 9000\n\
-                hugepages = yes\nhold-acks = no\nlcore = 1\nmbufs = 4095\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
+                hugepages = yes\nhold-acks = no\nselective-repeat = no\nlcore = 1\nmbufs = 4095\nlog-level = lib.eal:debug\nfaults = rx:drop=0.5;seed=3\npcap = /tmp/x{pid}.pcap\n\
                 eal = --in-memory  -n 4\n";
     let c = p(text, Some(7)).unwrap();
     assert_eq!(c.ip, "fd00::7".parse::<IpAddr>().unwrap());
@@ -44,6 +44,7 @@ fn every_key() {
     assert_eq!(c.eth_mtu, Some(9000));
     assert_eq!(c.mbufs, 4095);
     assert!(!c.hold_acks);
+    assert!(!c.selective_repeat);
     assert!(c.faults.unwrap().rx.drop == 0.5 && c.faults.unwrap().seed == 3);
     assert_eq!(c.pcap, Some(PathBuf::from(format!("/tmp/x{}.pcap", std::process::id()))));
     assert!(!eal_has(&c, "--no-huge") && !eal_has(&c, "--no-pci"));
@@ -54,6 +55,7 @@ fn every_key() {
     let s = c.eal_args.join(" ");
     assert!(s.contains("--no-huge -m 128 --no-pci") && !s.contains(" -l "), "{s}");
     assert!(c.hold_acks, "ACKs are held by default");
+    assert!(c.selective_repeat, "selective repeat is offered by default");
     assert!(c.cc.ecn && c.cc.dcqcn && !c.cc_line_rate_given, "congestion control is on by default, at the port's speed");
     let c = p("vdev = net_ring0\nip = 1.2.3.4\ncc = off\n", None).unwrap();
     assert_eq!(c.cc, droce_transport::cc::CcConfig::off());

@@ -45,6 +45,15 @@ pub enum Sidr {
 }
 
 impl Engine {
+    /// What our REQ or REP carries: `data` behind the provider's header, and the offer of
+    /// selective repeat (`RuntimeConfig::selective_repeat`), which the host's CM agent adds
+    /// as a trailer when `data` leaves room (up to 50 of the 54 bytes) and a droce peer
+    /// offers it too; the two QPs then run selective repeat (docs/selective-repeat.md).
+    fn connect_params(&self, data: &[u8]) -> ConnectParams {
+        let selective_repeat = self.host().config().selective_repeat;
+        ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7, selective_repeat }
+    }
+
     pub fn new_pep(&mut self, fid: usize, context: usize, src: EpAddr) -> Id {
         let id = self.fresh_id();
         self.peps.insert(id, Pep { fid, context, eq: None, src, listening: None });
@@ -118,7 +127,7 @@ impl Engine {
         let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
         let ip = addr::canon(self.local.resolve_dst(dst.sa.ip()));
         let sa = SocketAddr::new(ip, dst.sa.port());
-        let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
+        let p = self.connect_params(data);
         let conn = {
             let mut h = self.host();
             if h.peer_gone(ip) {
@@ -145,7 +154,7 @@ impl Engine {
         if ep.eq.is_none() {
             return Err(fi::FI_ENOEQ);
         }
-        let p = ConnectParams { private_data: cm_encode(data), responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 };
+        let p = self.connect_params(data);
         {
             let mut h = self.host();
             h.accept(conn, qp, &p).map_err(|_| fi::FI_ECONNABORTED)?;

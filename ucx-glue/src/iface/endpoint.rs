@@ -98,24 +98,30 @@ impl Iface {
         let ep = g.eps.get(id as usize).and_then(Option::as_ref).ok_or(UCS_ERR_INVALID_PARAM)?;
         let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
         let qpn = lock(self.host).query_qp(qp).map_err(|_| UCS_ERR_IO_ERROR)?.qp_num.value();
-        Ok(encode_rc_ep_addr(qpn, ep.psn, g.mtu))
+        Ok(RcEpAddr { qpn, psn: ep.psn, mtu: g.mtu, selective_repeat: g.selective_repeat }.encode())
     }
 
-    /// RC: INIT -> RTR -> RTS towards the peer QP (the transport rc_connect attributes).
+    /// RC: INIT -> RTR -> RTS towards the peer QP (the transport rc_connect attributes), with
+    /// selective repeat when both addresses offer it.
     pub fn ep_connect_to_ep(&self, id: u32, dev_addr: &[u8; DEV_ADDR_LEN], ep_addr: &[u8; RC_EP_ADDR_LEN]) -> Result<(), Status> {
         let mut g = lock(&self.inner);
-        let (sgid, mtu) = (g.sgid_index, g.mtu);
+        let (sgid, mtu, sr) = (g.sgid_index, g.mtu, g.selective_repeat);
         let ep = g.eps.get_mut(id as usize).and_then(Option::as_mut).ok_or(UCS_ERR_INVALID_PARAM)?;
         let qp = ep.qp.ok_or(UCS_ERR_UNSUPPORTED)?;
-        let (peer_qpn, peer_psn, peer_mtu) = decode_rc_ep_addr(ep_addr);
+        let peer = RcEpAddr::decode(ep_addr);
         let mut pg = [0u8; 16];
         pg.copy_from_slice(&dev_addr[..16]);
         ep.peer_gid = Some(pg);
-        let mtu = mtu.min(peer_mtu);
+        let mtu = mtu.min(peer.mtu);
         let mut h = lock(self.host);
         let av = h.av(Gid(*dev_addr), sgid);
         let d = &mut *h;
-        let (a, m) = rtr_attr(av, mtu, Qpn::new(peer_qpn), Psn::new(peer_psn), 16, 12);
+        let (mut a, mut m) = rtr_attr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn), 16, 12);
+        // Both ends decide alike from the two addresses (docs/selective-repeat.md).
+        if use_selective_repeat(sr, &peer) {
+            a.selective_repeat = true;
+            m = m | QpAttrMask::SELECTIVE_REPEAT;
+        }
         d.modify_qp(qp, &a, m).map_err(|_| UCS_ERR_IO_ERROR)?;
         // ACK timeout 4.096 us * 2^17 = 0.54 s, 7 retries: a dead peer is reported after about
         // 4 s. The peer's ACKs come from its progress calls (software RoCE), so a peer that is

@@ -257,6 +257,9 @@ struct Inner {
     gid: Gid,
     sgid_index: u8,
     mtu: PathMtu,
+    /// RC: this interface offers selective repeat in its endpoint addresses
+    /// (`RuntimeConfig::selective_repeat`, `DROCE_SELECTIVE_REPEAT`).
+    selective_repeat: bool,
     free_tx: Vec<u32>,
     ops: Vec<Option<Op>>,
     eps: Vec<Option<Ep>>,
@@ -338,6 +341,7 @@ impl Iface {
         };
         let sgid_index = host.local_gid_index();
         let mtu = host.path_mtu();
+        let selective_repeat = host.config().selective_repeat;
         let d = host;
         let cq = verb("create_cq", d.create_cq(lay.tx_count + lay.rx_count + 64))?;
         let mut inner = Inner {
@@ -352,6 +356,7 @@ impl Iface {
             gid,
             sgid_index,
             mtu,
+            selective_repeat,
             free_tx: (0..lay.tx_count as u32).rev().collect(),
             ops: vec![None; lay.tx_count],
             eps: Vec::new(),

@@ -17,12 +17,17 @@ pub struct ConnectParams {
     pub initiator_depth: u8,
     pub retry_count: u8,
     pub rnr_retry_count: u8,
+    /// Offer droce's selective repeat (docs/selective-repeat.md) to a droce consumer that
+    /// offers it too: a trailer in the last bytes of the private data field (`ext`), when the
+    /// consumer's data leaves them free; the QP gets `QpAttr::selective_repeat` only when both
+    /// sides offered. Default off: the REQ and REP are those of before, byte for byte.
+    pub selective_repeat: bool,
 }
 
 impl ConnectParams {
     /// rping's `conn_param`: 1 READ each way, retry 7, RNR retry 7.
     pub fn rping() -> Self {
-        ConnectParams { private_data: Vec::new(), responder_resources: 1, initiator_depth: 1, retry_count: 7, rnr_retry_count: 7 }
+        ConnectParams { private_data: Vec::new(), responder_resources: 1, initiator_depth: 1, retry_count: 7, rnr_retry_count: 7, selective_repeat: false }
     }
 }
 

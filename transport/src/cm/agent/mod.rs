@@ -10,7 +10,7 @@
 //! ```text
 //! CmAgent::new(&mut dev, CmAgentConfig, mad_buffer_va) -> Result<CmAgent, CmAgentError>
 //! listen(port) / listen_service(service_id) / unlisten_service(service_id)
-//! connect(&mut dev, now, dst: SocketAddr, qp, &ConnectParams { private_data, .. }) -> ConnId
+//! connect(&mut dev, now, dst: SocketAddr, qp, &ConnectParams { private_data, selective_repeat, .. }) -> ConnId
 //! poll(&mut dev, now) -> bool (did something); poll_timeout() -> Option<Instant>
 //! poll_event() -> Option<CmAgentEvent>:
 //!   ConnectRequest { id, src, dst, private_data, responder_resources, initiator_depth }
@@ -28,11 +28,16 @@
 //! poll_sidr_event() -> Option<SidrEvent>: Resolved { id, qpn, qkey } / Failed { id, status }
 //! ```
 //!
+//! `ConnectParams::selective_repeat` offers droce's selective repeat to a droce peer that
+//! offers it too, through a trailer in the private data that only such a peer ever sees
+//! (`ext.rs`); the QPs of both sides get `QpAttr::selective_repeat` at RTR when both offered.
+//!
 //! Application QPs must be RC QPs in RESET or INIT ([`to_init`] before posting receives, like
 //! `rdma_create_qp`); the agent moves them. Everything is non-blocking; events queue up until
 //! polled. Randomness (comm IDs, TIDs, PSNs, source ports) comes from the config's seed.
 
 mod events;
+mod ext;
 mod gsi;
 mod sidr;
 
@@ -82,8 +87,9 @@ impl Default for CmAgentConfig {
 enum Slot {
     /// A REQ handed to the application.
     Pending(Box<Incoming>),
-    /// A connection of the endpoint with the application's QP.
-    Live { h: ConnHandle, qp: QpHandle },
+    /// A connection of the endpoint with the application's QP; `ext`: the extensions our
+    /// REQ offered (active side; `ext::SELECTIVE_REPEAT`).
+    Live { h: ConnHandle, qp: QpHandle, ext: u8 },
 }
 
 /// The GSI agent of one device (see the module docs).
@@ -268,6 +274,12 @@ impl CmAgent {
         let r = self.rng.next_u64();
         let src_port = 0x8000 | (r as u16 & 0x7fff);
         let starting_psn = Psn::new((r >> 16) as u32 & 0xff_ffff);
+        // The offer goes at the end of the consumer's bytes, if its data leaves room.
+        let mut user = [0u8; rdma_cm::REQ_USER_PRIVATE_DATA_LEN];
+        let offer = if p.selective_repeat { ext::SELECTIVE_REPEAT } else { 0 };
+        let n = p.private_data.len().min(user.len());
+        user[..n].copy_from_slice(&p.private_data[..n]);
+        let ext = if ext::write(&mut user, p.private_data.len(), offer) { offer } else { 0 };
         let mut req = RcConnect {
             local_comm_id: 0,
             local_ca_guid: self.ca_guid,
@@ -282,7 +294,7 @@ impl CmAgent {
             initiator_depth: p.initiator_depth,
             retry_count: p.retry_count,
             rnr_retry_count: p.rnr_retry_count,
-            private_data: &p.private_data,
+            private_data: if ext != 0 { &user } else { &p.private_data },
         }
         .to_req()
         .ok_or(CmAgentError::NoLocalAddress)?;
@@ -298,7 +310,7 @@ impl CmAgent {
         let peer = req.primary_path.remote_gid;
         let h = self.ep.connect(now, peer, req);
         let id = self.fresh_id();
-        self.slots.insert(id, Slot::Live { h, qp });
+        self.slots.insert(id, Slot::Live { h, qp, ext });
         self.by_handle.insert(h, id);
         Ok(id)
     }
@@ -330,10 +342,20 @@ impl CmAgent {
         inc_capped.req.initiator_depth = inc.req.initiator_depth.min(p.responder_resources.max(1));
         inc_capped.req.responder_resources = inc.req.responder_resources.min(p.initiator_depth.max(1));
         inc_capped.req.path_mtu = inc.req.path_mtu.min(dev.port_mtu() as u8);
-        let h = self.ep.accept_with_private_data(now, &inc_capped, local_qpn, psn, self.ca_guid, &p.private_data);
+        // Extensions both sides offer; the REP names them (only to a REQ that offered).
+        let mine = if p.selective_repeat { ext::SELECTIVE_REPEAT } else { 0 };
+        let mut agreed = ext::read(&inc.req.private_data) & mine;
+        let mut rep_data = [0u8; super::rep::PRIVATE_DATA_LEN];
+        let n = p.private_data.len().min(rep_data.len());
+        rep_data[..n].copy_from_slice(&p.private_data[..n]);
+        if !ext::write(&mut rep_data, p.private_data.len(), agreed) {
+            agreed = 0;
+        }
+        let rep_data: &[u8] = if agreed != 0 { &rep_data } else { &p.private_data };
+        let h = self.ep.accept_with_private_data(now, &inc_capped, local_qpn, psn, self.ca_guid, rep_data);
         let params = self.ep.connection(h).and_then(|c| c.params()).cloned();
         let programmed = match params {
-            Some(params) => self.rtr_rts(dev, qp, &params),
+            Some(params) => self.rtr_rts(dev, qp, &params, agreed & ext::SELECTIVE_REPEAT != 0),
             None => Err(CmAgentError::Qp("no parameters after accept".into())),
         };
         if let Err(e) = programmed {
@@ -344,7 +366,7 @@ impl CmAgent {
             to_error(dev, qp);
             return Err(e);
         }
-        self.slots.insert(id, Slot::Live { h, qp });
+        self.slots.insert(id, Slot::Live { h, qp, ext: agreed });
         self.by_handle.insert(h, id);
         Ok(())
     }
@@ -373,7 +395,7 @@ impl CmAgent {
     /// peer's last send must complete before our DREQ (behind it) moves its QP to error and
     /// flushes it.
     pub fn disconnect<M: Memory>(&mut self, dev: &mut Device<M>, now: Instant, id: ConnId) -> Result<(), CmAgentError> {
-        let Some(Slot::Live { h, qp }) = self.slots.get(&id) else {
+        let Some(Slot::Live { h, qp, .. }) = self.slots.get(&id) else {
             return Err(CmAgentError::InvalidConn);
         };
         let (h, qp) = (*h, *qp);
@@ -434,17 +456,16 @@ impl CmAgent {
         match ev {
             EndpointEvent::Incoming(inc) => {
                 let id = self.fresh_id();
-                let (src, dst, private_data) = match CmaHeaderRepr::parse(&inc.req.private_data) {
+                // The consumer gets its peer's data as sent: without the extension trailer.
+                let mut field = inc.req.private_data;
+                ext::strip(&mut field);
+                let (src, dst, private_data) = match CmaHeaderRepr::parse(&field) {
                     Ok(h) => (
                         SocketAddr::new(h.addrs.src(), h.src_port),
                         SocketAddr::new(h.addrs.dst(), rdma_cm::parse_service_id(inc.req.service_id).map_or(0, |(_, p)| p)),
-                        inc.req.private_data[rdma_cm::HEADER_LEN..].to_vec(),
+                        field[rdma_cm::HEADER_LEN..].to_vec(),
                     ),
-                    Err(_) => (
-                        SocketAddr::new(gid_ip(&inc.peer), 0),
-                        SocketAddr::new(gid_ip(&inc.req.primary_path.remote_gid), 0),
-                        inc.req.private_data.to_vec(),
-                    ),
+                    Err(_) => (SocketAddr::new(gid_ip(&inc.peer), 0), SocketAddr::new(gid_ip(&inc.req.primary_path.remote_gid), 0), field.to_vec()),
                 };
                 self.events.push_back(CmAgentEvent::ConnectRequest {
                     id,
@@ -459,16 +480,22 @@ impl CmAgent {
             }
             EndpointEvent::Connection(h, ev) => {
                 let Some(&id) = self.by_handle.get(&h) else { return };
-                let Some(Slot::Live { qp, .. }) = self.slots.get(&id) else { return };
-                let qp = *qp;
+                let Some(Slot::Live { qp, ext: offered, .. }) = self.slots.get(&id) else { return };
+                let (qp, offered) = (*qp, *offered);
                 let passive = self.ep.connection(h).map(|c| c.role()) == Some(Role::Passive);
                 match ev {
                     CmEvent::Established(p) => {
-                        // Passive: the QP went to RTS in `accept`.
-                        if !passive && self.rtr_rts(dev, qp, &p).is_err() {
+                        let mut rep_data = self.ep.connection(h).and_then(|c| c.rep()).map(|r| r.private_data);
+                        // Active: what the REP says both sides offered. Passive: the QP went to
+                        // RTS in `accept`.
+                        let agreed = rep_data.as_ref().map_or(0, |d| ext::read(d)) & offered;
+                        if !passive && self.rtr_rts(dev, qp, &p, agreed & ext::SELECTIVE_REPEAT != 0).is_err() {
                             self.counters.qp_errors += 1;
                         }
-                        let private_data = self.ep.connection(h).and_then(|c| c.rep()).map(|r| r.private_data.to_vec()).unwrap_or_default();
+                        if let Some(d) = rep_data.as_mut() {
+                            ext::strip(d);
+                        }
+                        let private_data = rep_data.map(|d| d.to_vec()).unwrap_or_default();
                         self.events.push_back(CmAgentEvent::Established { id, params: p, private_data });
                     }
                     CmEvent::Rejected { reason, private_data } => {
@@ -493,14 +520,18 @@ impl CmAgent {
         }
     }
 
-    fn rtr_rts<M: Memory>(&mut self, dev: &mut Device<M>, qp: QpHandle, p: &ConnParams) -> Result<(), CmAgentError> {
+    fn rtr_rts<M: Memory>(&mut self, dev: &mut Device<M>, qp: QpHandle, p: &ConnParams, selective_repeat: bool) -> Result<(), CmAgentError> {
         let sgid = dev.config().gids.iter().position(|g| *g == p.path.local_gid).and_then(|i| u8::try_from(i).ok()).ok_or(CmAgentError::NoLocalAddress)?;
         let mut av = gsi::av(p.path.remote_gid, sgid);
         av.flow_label = p.path.flow_label;
         av.hop_limit = p.path.hop_limit.max(1);
         av.traffic_class = p.path.traffic_class;
         let mtu = mtu_from_code(p.path_mtu).min(dev.port_mtu());
-        let (a, m) = rtr_attr(av, mtu, p.remote_qpn, p.rq_psn, p.responder_resources, self.cfg.min_rnr_timer);
+        let (mut a, mut m) = rtr_attr(av, mtu, p.remote_qpn, p.rq_psn, p.responder_resources, self.cfg.min_rnr_timer);
+        if selective_repeat {
+            a.selective_repeat = true;
+            m = m | QpAttrMask::SELECTIVE_REPEAT;
+        }
         dev.modify_qp(qp, &a, m).map_err(|e| CmAgentError::Qp(format!("RTR: {e:?}")))?;
         let (a, m) = rts_attr(p.sq_psn, p.ack_timeout, p.retry_count, p.rnr_retry_count, p.initiator_depth);
         dev.modify_qp(qp, &a, m).map_err(|e| CmAgentError::Qp(format!("RTS: {e:?}")))?;
