@@ -46,6 +46,13 @@ pub struct Dcqcn {
     increase_at: Instant,
 }
 
+/// The rate a cut never goes below: `rpg_min_rate`, at least 1 Mb/s (a rate of 0, which
+/// `rpg_min_rate = 0` with `rpg_min_dec_fac = 0` reaches, would hold the QP's next frame
+/// for hours: its retries run out and it ends in error), at most the max rate.
+fn min_rate_bps(cfg: &CcConfig) -> u64 {
+    mbps(cfg.rpg_min_rate.max(1)).min(cfg.max_rate_bps())
+}
+
 impl Dcqcn {
     /// The state a QP at the maximum rate enters on its first CNP: alpha starts at
     /// `initial_alpha_value` and the rate is cut (or set to `rate_to_set_on_first_cnp`).
@@ -64,7 +71,7 @@ impl Dcqcn {
             increase_at: now,
         };
         if cfg.rate_to_set_on_first_cnp != 0 {
-            let r = mbps(cfg.rate_to_set_on_first_cnp).clamp(mbps(cfg.rpg_min_rate).min(max), max);
+            let r = mbps(cfg.rate_to_set_on_first_cnp).clamp(min_rate_bps(cfg), max);
             d.rc = r;
             d.rt = r;
             d.restart_increase(cfg, now);
@@ -146,7 +153,7 @@ impl Dcqcn {
         }
         let dec = ((self.rc as u128 * self.alpha as u128) >> cfg.rpg_gd.min(64)) as u64;
         let floor = ((self.rc as u128 * cfg.rpg_min_dec_fac.min(100) as u128) / 100) as u64;
-        let min = mbps(cfg.rpg_min_rate).min(cfg.max_rate_bps());
+        let min = min_rate_bps(cfg);
         self.rc = self.rc.saturating_sub(dec).max(floor).max(min);
         self.last_cut = now;
         self.restart_increase(cfg, now);
@@ -324,6 +331,17 @@ mod tests {
         let c = CcConfig { rpg_gd: 10, initial_alpha_value: 1024, rpg_min_dec_fac: 0, line_rate_bps: 1_500_000, ..cfg() };
         let d = Dcqcn::first_cnp(&c, Instant(0));
         assert_eq!(d.rate_bps(), 1_000_000);
+        // rpg_min_rate 0 with nothing else in the way would cut to 0 (a pacer at 1 bit/s):
+        // the floor stays 1 Mb/s, after a first cut as after many.
+        let c = CcConfig { rpg_gd: 0, rpg_min_dec_fac: 0, rpg_min_rate: 0, ..cfg() };
+        let mut d = Dcqcn::first_cnp(&c, Instant(0));
+        assert_eq!(d.rate_bps(), 1_000_000);
+        for i in 1..20 {
+            d.on_cnp(&c, Instant(i * 10_000));
+        }
+        assert_eq!(d.rate_bps(), 1_000_000);
+        let c = CcConfig { rpg_min_rate: 0, rpg_min_dec_fac: 0, initial_alpha_value: 1024, rpg_gd: 10, ..cfg() };
+        assert_eq!(Dcqcn::first_cnp(&c, Instant(0)).rate_bps(), 1_000_000);
     }
 
     #[test]

@@ -71,7 +71,8 @@ pub struct CcConfig {
     /// RP: a cut leaves at least this percentage of the current rate (mlx5
     /// `rpg_min_dec_fac`, 50).
     pub rpg_min_dec_fac: u32,
-    /// RP: the rate never goes below this, Mb/s (mlx5 `rpg_min_rate`, 1).
+    /// RP: the rate never goes below this, Mb/s (mlx5 `rpg_min_rate`, 1); 0 counts as 1, since a
+    /// rate of 0 would hold the QP's next frame until its retries ran out.
     pub rpg_min_rate: u64,
     /// RP: the rate never goes above this, Mb/s; 0 is the line rate (mlx5 `rpg_max_rate`).
     pub rpg_max_rate: u64,

@@ -132,7 +132,9 @@ impl FromStr for CcConfig {
                 "rpg_byte_reset" => c.rpg_byte_reset = int()?,
                 "rpg_ai_rate" => c.rpg_ai_rate = int()?,
                 "rpg_hai_rate" => c.rpg_hai_rate = int()?,
-                "rpg_min_rate" => c.rpg_min_rate = int()?,
+                "rpg_min_rate" => {
+                    c.rpg_min_rate = Some(int()?).filter(|r| *r > 0).ok_or_else(|| bad("a rate in Mb/s above 0 (at 0 a QP's rate could fall to nothing)"))?
+                }
                 "rpg_max_rate" => c.rpg_max_rate = int()?,
                 "rate_to_set_on_first_cnp" => c.rate_to_set_on_first_cnp = int()?,
                 "rpg_threshold" => c.rpg_threshold = small(u32::MAX as u64)?,
@@ -197,5 +199,6 @@ mod tests {
         assert!(e("rpg_min_dec_fac=101").contains("in range"));
         assert!(e("cnp_dscp=64").contains("in range"));
         assert!(e("rpg_ai_rate=-1").contains("a whole number"));
+        assert!(e("rpg_min_rate=0").contains("a rate in Mb/s above 0"), "{}", e("rpg_min_rate=0"));
     }
 }
