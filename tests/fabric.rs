@@ -213,7 +213,11 @@ fn fi_pingpong_negotiates_selective_repeat_under_loss() {
             // control-socket exchange answers no retransmission, so a lost last ACK of a
             // message size made its peer's send retry out (seen once in 14 runs: the server
             // sat in its control-socket read while the client's last send went unacknowledged).
-            p.env.extend(env(&[("DROCE_FAULTS", "rx:drop=0.01;seed=3"), ("DROCE_DEBUG", "1"), ("DROCE_PROGRESS", "thread")]));
+            // Only data frames are lost (min_len): fi_pingpong's finalize ends with a 4-byte
+            // send each way and a disconnect, and a lost ACK of the last one left its sender
+            // flushed by the DREQ (3 runs in 6 under load). No RC peer can repair that, the
+            // acknowledging side is gone; what is tested here is the data path's recovery.
+            p.env.extend(env(&[("DROCE_FAULTS", "rx:drop=0.01,min_len=512;seed=3"), ("DROCE_DEBUG", "1"), ("DROCE_PROGRESS", "thread")]));
             let r = pingpong_env(&p, ep, "", &env(server_only)).unwrap_or_else(|e| panic!("{e}"));
             check_rxm(ep, &r);
             check_sizes(ep, &r, &["64k", "1m"]);

@@ -10,7 +10,11 @@
 //! `rx:drop=0.01,dup=0.01,reorder=0.01,corrupt=0.001;tx:drop=0.01;seed=7`
 //! Sections are separated by `;`; `rx:` / `tx:` take `key=probability` pairs (keys `drop`,
 //! `dup`, `reorder`, `corrupt`, probabilities in 0..=1), `seed=N` sets the seed (default 1).
-//! `both:` applies the same pairs to RX and TX. Corruption hits RoCE frames only (see
+//! `both:` applies the same pairs to RX and TX. `frames=N` in a section stops its faults after
+//! the direction's first N frames (a clean link from then on: a test that must not lose the
+//! last ACK of a teardown that has no retransmission left, e.g. fi_pingpong's); `min_len=N`
+//! spares frames shorter than N bytes (ACKs, small messages, CM MADs), so only data frames
+//! are hit. Corruption hits RoCE frames only (see
 //! [`FaultInjector::decide`]); drop, dup and reorder hit every frame the engine handles
 //! (RoCE, ARP, ND on TX; every received frame on RX).
 
@@ -24,6 +28,10 @@ pub struct FaultProbs {
     pub dup: f64,
     pub reorder: f64,
     pub corrupt: f64,
+    /// Faults only among the first this many frames (`frames=N`); `None`: all of them.
+    pub frames: Option<u64>,
+    /// Faults only on frames of at least this many bytes (`min_len=N`; 0: every frame).
+    pub min_len: usize,
 }
 
 impl FaultProbs {
@@ -51,7 +59,7 @@ impl Default for FaultConfig {
 pub enum FaultParseError {
     /// A section that is not `rx:...`, `tx:...`, `both:...` or `seed=N`.
     BadSection(String),
-    /// A key other than drop, dup, reorder, corrupt.
+    /// A key other than drop, dup, reorder, corrupt, frames.
     UnknownKey(String),
     /// `key` without `=value`.
     MissingValue(String),
@@ -67,7 +75,7 @@ impl fmt::Display for FaultParseError {
             FaultParseError::BadSection(s) => {
                 write!(f, "fault section '{s}' is not rx:..., tx:..., both:... or seed=N")
             }
-            FaultParseError::UnknownKey(k) => write!(f, "unknown fault '{k}' (expected drop, dup, reorder or corrupt)"),
+            FaultParseError::UnknownKey(k) => write!(f, "unknown fault '{k}' (expected drop, dup, reorder, corrupt, frames or min_len)"),
             FaultParseError::MissingValue(k) => write!(f, "fault '{k}' needs a value, e.g. {k}=0.01"),
             FaultParseError::BadNumber { key, value } => write!(f, "fault '{key}': '{value}' is not a number"),
             FaultParseError::OutOfRange { key, value } => write!(f, "fault '{key}': probability {value} is not within 0..=1"),
@@ -81,6 +89,14 @@ fn parse_pairs(body: &str, p: &mut FaultProbs) -> Result<(), FaultParseError> {
     for pair in body.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (k, v) = pair.split_once('=').ok_or_else(|| FaultParseError::MissingValue(pair.to_string()))?;
         let (k, v) = (k.trim(), v.trim());
+        if k == "frames" {
+            p.frames = Some(v.parse().map_err(|_| FaultParseError::BadNumber { key: k.to_string(), value: v.to_string() })?);
+            continue;
+        }
+        if k == "min_len" {
+            p.min_len = v.parse().map_err(|_| FaultParseError::BadNumber { key: k.to_string(), value: v.to_string() })?;
+            continue;
+        }
         let slot = match k {
             "drop" | "loss" => &mut p.drop,
             "dup" | "duplicate" => &mut p.dup,
@@ -121,7 +137,13 @@ impl FromStr for FaultConfig {
 
 impl fmt::Display for FaultConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = |p: &FaultProbs| format!("drop={},dup={},reorder={},corrupt={}", p.drop, p.dup, p.reorder, p.corrupt);
+        let p = |p: &FaultProbs| {
+            let mut n = p.frames.map(|n| format!(",frames={n}")).unwrap_or_default();
+            if p.min_len > 0 {
+                n += &format!(",min_len={}", p.min_len);
+            }
+            format!("drop={},dup={},reorder={},corrupt={}{n}", p.drop, p.dup, p.reorder, p.corrupt)
+        };
         write!(f, "rx:{};tx:{};seed={}", p(&self.rx), p(&self.tx), self.seed)
     }
 }
@@ -171,13 +193,15 @@ pub struct FaultCounters {
 #[derive(Debug, Clone)]
 pub struct FaultInjector {
     probs: FaultProbs,
+    /// Frames decided so far (for `FaultProbs::frames`).
+    seen: u64,
     rng: FaultRng,
     pub counters: FaultCounters,
 }
 
 impl FaultInjector {
     pub fn new(probs: FaultProbs, seed: u64) -> Self {
-        FaultInjector { probs, rng: FaultRng::new(seed), counters: FaultCounters::default() }
+        FaultInjector { probs, seen: 0, rng: FaultRng::new(seed), counters: FaultCounters::default() }
     }
 
     pub fn is_active(&self) -> bool {
@@ -191,6 +215,10 @@ impl FaultInjector {
     /// (on a real wire the Ethernet FCS drops a damaged frame), so a flipped ARP sender MAC
     /// would poison the neighbour table, which is not the fault being tested.
     pub fn decide(&mut self, len: usize, corruptible: bool) -> FaultAction {
+        self.seen += 1;
+        if self.probs.frames.is_some_and(|n| self.seen > n) || len < self.probs.min_len {
+            return FaultAction::default();
+        }
         let (d, u, r, c) = (self.rng.unit(), self.rng.unit(), self.rng.unit(), self.rng.unit());
         let pos = self.rng.next_u64();
         let mut a = FaultAction::default();
@@ -232,7 +260,7 @@ mod tests {
     fn parse_full_and_errors() {
         let c: FaultConfig = "rx:drop=0.01,dup=0.02,reorder=0.03,corrupt=0.001;tx:drop=0.5;seed=42".parse().unwrap();
         assert_eq!(c.seed, 42);
-        assert_eq!(c.rx, FaultProbs { drop: 0.01, dup: 0.02, reorder: 0.03, corrupt: 0.001 });
+        assert_eq!(c.rx, FaultProbs { drop: 0.01, dup: 0.02, reorder: 0.03, corrupt: 0.001, frames: None, min_len: 0 });
         assert_eq!(c.tx, FaultProbs { drop: 0.5, ..Default::default() });
         let b: FaultConfig = "both:drop=0.1".parse().unwrap();
         assert_eq!(b.rx.drop, 0.1);
@@ -251,8 +279,24 @@ mod tests {
     }
 
     #[test]
+    fn frames_limits_the_faults_to_the_first_n() {
+        let c: FaultConfig = "rx:drop=1,frames=3;seed=2".parse().unwrap();
+        assert_eq!(c.rx.frames, Some(3));
+        assert_eq!(c.to_string().parse::<FaultConfig>().unwrap(), c, "Display round-trips");
+        let mut f = FaultInjector::new(c.rx, c.seed);
+        let drops: Vec<bool> = (0..6).map(|_| f.decide(100, true).drop).collect();
+        assert_eq!(drops, [true, true, true, false, false, false]);
+        assert_eq!(f.counters.dropped, 3);
+        assert!(matches!("rx:frames=x".parse::<FaultConfig>(), Err(FaultParseError::BadNumber { .. })));
+        let c: FaultConfig = "rx:drop=1,min_len=200".parse().unwrap();
+        assert_eq!(c.to_string().parse::<FaultConfig>().unwrap(), c);
+        let mut f = FaultInjector::new(c.rx, c.seed);
+        assert!(!f.decide(199, true).drop && f.decide(200, true).drop && !f.decide(60, false).drop);
+    }
+
+    #[test]
     fn deterministic_and_rates() {
-        let p = FaultProbs { drop: 0.1, dup: 0.05, reorder: 0.02, corrupt: 0.01 };
+        let p = FaultProbs { drop: 0.1, dup: 0.05, reorder: 0.02, corrupt: 0.01, frames: None, min_len: 0 };
         let mut a = FaultInjector::new(p, 9);
         let mut b = FaultInjector::new(p, 9);
         let va: Vec<_> = (0..10_000).map(|_| a.decide(100, true)).collect();

@@ -192,6 +192,10 @@ impl Runtime {
 
     /// Moves the connection's QP to ERROR and sends a DREQ.
     pub fn disconnect(&mut self, id: ConnId) -> Result<(), CmAgentError> {
+        // ACKs held for the application's next reply leave now: the QP goes to the error
+        // state and its peer, if we acknowledged its last send only in a held ACK, would see
+        // the DREQ first and flush that send
+        self.dev.flush();
         self.cm.disconnect(&mut self.dev, id)
     }
 
