@@ -7,7 +7,7 @@
 //! switch egress port toward the receiver with RED/ECN marking from Kmin = 40 KiB to Kmax =
 //! 160 KiB (pmax 0.2) and a buffer of 4 x Kmax; RC QPs with the transport timeout perftest
 //! uses (14: 67 ms) and retry_cnt 7. "CC on" is `CcConfig::default()` (DCQCN with the
-//! ConnectX defaults, at the hosts' line rate), "off" is `CcConfig::off()`. Simulated time:
+//! droce defaults: ConnectX parameters with the paper's timers, at the hosts' line rate), "off" is `CcConfig::off()`. Simulated time:
 //! the figures are the same on every machine and every run. Without `--senders` / `--cc` it
 //! runs 2 and 8 senders, CC off and on, and prints them side by side with the targets.
 //!
@@ -107,10 +107,7 @@ fn parse_args() -> Args {
     a
 }
 
-/// Whether this build's transport has DCQCN: until it does, "on" runs the same devices.
-const HAVE_CC: bool = true;
-
-/// CC on: DCQCN with its defaults (ConnectX's) at the hosts' line rate, but for the
+/// CC on: DCQCN with droce's defaults at the hosts' line rate, but for the
 /// `--cc-param`s; off: none of it.
 fn device_config(cc: bool, line_rate_bps: u64, params: &str, max_unacked: Option<u32>) -> DeviceConfig {
     let cc = if cc {
@@ -289,9 +286,6 @@ fn main() {
         a.warmup_ms.unwrap_or(a.ms / 4),
         a.seed
     );
-    if !HAVE_CC && a.cc.contains(&true) {
-        println!("note: this build has no DCQCN yet: the 'on' column runs the same devices as 'off'");
-    }
     for &n in &a.senders {
         let runs: Vec<Run> = a.cc.iter().map(|&cc| run(n, cc, &a)).collect();
         let r0 = &runs[0];

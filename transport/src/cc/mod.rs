@@ -142,9 +142,7 @@ impl CcConfig {
             clamp_tgt_rate: false,
         }
     }
-}
 
-impl CcConfig {
     /// No ECT, no CNPs, no reaction to CNPs, no pacing: droce before congestion control,
     /// and what byte-for-byte comparisons with rxe's frames need.
     pub fn off() -> Self {
