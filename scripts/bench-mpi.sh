@@ -11,7 +11,8 @@
 #
 # Usage: scripts/bench-mpi.sh
 # Env: ROUNDS (3), MPIS ("openmpi mpich"), MIN (1), MAX (16777216), BUDGET (MB per size and
-#      phase, 256), FI_LIB / UCT_LIB (default: release builds)
+#      phase, 256), FI_LIB / UCT_LIB (default: release builds), BW_SRC (the benchmark's source,
+#      default tests/mpi/droce_mpi_bw.c; another version to compare with)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -21,6 +22,7 @@ MPIS=${MPIS:-openmpi mpich}
 MIN=${MIN:-1}
 MAX=${MAX:-16777216}
 BUDGET=${BUDGET:-256}
+BW_SRC=${BW_SRC:-tests/mpi/droce_mpi_bw.c}
 TMP=$(mktemp -d /tmp/droce-bench-mpi.XXXXXX)
 cleanup() {
   rm -rf "$TMP"
@@ -66,9 +68,9 @@ job() {
 }
 
 for m in $MPIS; do
-  mpicc.$m -O2 -o "$TMP/bw.$m" tests/mpi/droce_mpi_bw.c
+  mpicc.$m -O2 -o "$TMP/bw.$m" "$BW_SRC"
 done
-echo "# MPI over droce vs MPI over TCP, 2 ranks, $(date -u '+%Y-%m-%d %H:%M UTC'), HEAD $(git rev-parse --short HEAD 2>/dev/null || echo -), ROUNDS=$ROUNDS"
+echo "# MPI over droce vs MPI over TCP, 2 ranks, $(date -u '+%Y-%m-%d %H:%M UTC'), HEAD $(git rev-parse --short HEAD 2>/dev/null || echo -), ROUNDS=$ROUNDS, BUDGET=$BUDGET, $BW_SRC"
 echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
 for ((r = 1; r <= ROUNDS; r++)); do
   for m in $MPIS; do
