@@ -8,7 +8,7 @@
 //! completion queues, SRQs        create_cq destroy_cq poll_cq poll_cq_one  create_srq destroy_srq
 //!                                post_srq_recv post_srq_recv_ref
 //! queue pairs                    create_qp destroy_qp query_qp modify_qp qp_to_init  path_mtu av
-//! work requests                  post_send post_send_ref post_recv post_recv_ref
+//! work requests                  post_send post_send_ref post_send_inline_with post_recv post_recv_ref
 //! progress from a frontend       poll_device (one device round); in mod.rs: progress,
 //!                                progress_datapath, flush, set_hold_acks / hold_acks
 //! asynchronous events            poll_event
@@ -138,6 +138,12 @@ impl Runtime {
     /// [`Runtime::post_send`] without moving the request (the caller reuses it).
     pub fn post_send_ref(&mut self, qp: QpHandle, wr: &SendWr) -> Result<(), PostSendError> {
         self.dev.device_mut().post_send_ref(qp, wr)
+    }
+
+    /// An INLINE send of `len` bytes that `fill` writes straight into the work request's own
+    /// buffer in the transport (`Device::post_send_inline_with`): the caller's one copy.
+    pub fn post_send_inline_with(&mut self, qp: QpHandle, wr: &SendWr, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), PostSendError> {
+        self.dev.device_mut().post_send_inline_with(qp, wr, len, fill)
     }
 
     pub fn post_recv(&mut self, qp: QpHandle, wr: RecvWr) -> Result<(), PostRecvError> {

@@ -80,8 +80,6 @@ pub struct Engine {
     /// the QP it holds to ERROR then and a destroyed handle may already name a new QP.
     zombies: HashMap<ConnId, QpHandle>,
     next_port: u16,
-    /// Registered bounce area for inline sends of unregistered buffers.
-    pub bounce: Option<(&'static mut [u8], Lkey)>,
     pub auto_progress: bool,
     /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
     idle_steps: u32,
@@ -120,9 +118,8 @@ fn lock_engine(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The engine, opening the host (EAL, port, device, CM agent) on first use. `init` runs once
-/// with the fresh engine (the ffi layer registers the bounce area there).
-pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, String> {
+/// The engine, opening the host (EAL, port, device, CM agent) on first use.
+pub fn engine() -> Result<MutexGuard<'static, Engine>, String> {
     let r = ENGINE.get_or_init(|| {
         let host = droce_dpdk::runtime::global().map_err(|e| e.to_string())?;
         let mut h = host.lock().unwrap_or_else(|p| p.into_inner());
@@ -130,7 +127,7 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
         let pd = h.alloc_pd();
         let discard_cq = h.create_cq(DEV_CQ_DEPTH).map_err(|e| format!("create_cq: {e:?}"))?;
         drop(h);
-        let mut e = Engine {
+        let e = Engine {
             host,
             local,
             pd,
@@ -153,7 +150,6 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             listeners: HashMap::new(),
             zombies: HashMap::new(),
             next_port: 0xc000,
-            bounce: None,
             auto_progress: false,
             idle_steps: 0,
             lost_seen: 0,
@@ -163,7 +159,6 @@ pub fn engine(init: fn(&mut Engine)) -> Result<MutexGuard<'static, Engine>, Stri
             cq_list: vec![(None, discard_cq)],
             sidr: HashMap::new(),
         };
-        init(&mut e);
         Ok(Mutex::new(e))
     });
     match r {

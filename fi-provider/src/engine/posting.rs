@@ -18,7 +18,8 @@ pub trait AppMemory {
     /// Registers `addr..addr+len` with the device and records it (`temp`: for one operation,
     /// deregistered at its completion).
     fn register(&self, e: &mut Engine, addr: u64, len: u64, access: AccessFlags, temp: bool) -> Result<Mr, Errno>;
-    /// Copies the bytes `iov` describes, in order, into `out` (their total length).
+    /// Copies the bytes `iov` describes, in order, into `out` (their total length): the one
+    /// copy of an inline send, into its work request's buffer.
     fn gather(&self, iov: &[(u64, u64)], out: &mut [u8]);
 }
 
@@ -153,10 +154,11 @@ impl Engine {
             return Err(fi::FI_EINVAL);
         }
         let mut tmp = Vec::new();
-        // Small sends and writes go inline: copied now, the buffer is free when the call returns.
-        let inline = !matches!(r.kind, Tx::Read(..)) && total <= info::INJECT_SIZE && self.bounce.is_some();
-        let segs = if inline && total > 0 {
-            self.bounce_segs(mem, iov, total)?
+        // Small sends and writes go inline: copied now, once, into the work request's own
+        // buffer in the transport; the application's buffer is free when the call returns.
+        let inline = !matches!(r.kind, Tx::Read(..)) && total <= info::INJECT_SIZE;
+        let segs = if inline {
+            Segs::default()
         } else {
             match self.segments(mem, iov, desc, &mut tmp) {
                 Ok(s) => s,
@@ -173,21 +175,11 @@ impl Engine {
         };
         let first = iov.first().map(|v| v.0).unwrap_or(0);
         let op = Op { ep: id, kind: okind, context: r.context, flags: kflags, buf: first, len: total, report, tmp_mrs: tmp.clone(), bounce: None };
-        let res = self.post_send(id, SendReq { opcode, segs, inline, imm: r.imm.map(|d| d as u32), remote, atomic: (0, 0), dest: Some(r.dest), op });
+        let res = self.post_send(mem, id, SendReq { opcode, segs, inline: inline.then_some(iov), imm: r.imm.map(|d| d as u32), remote, atomic: (0, 0), dest: Some(r.dest), op });
         if res.is_err() {
             self.drop_tmp_mrs(tmp);
         }
         res
-    }
-
-    /// The inline data of a small send, gathered into the registered bounce area (the
-    /// transport copies it from there into the send queue before the post returns).
-    fn bounce_segs(&mut self, mem: &dyn AppMemory, iov: &[(u64, u64)], total: u64) -> Result<Segs, Errno> {
-        let (area, lkey) = self.bounce.as_mut().ok_or(fi::FI_EINVAL)?;
-        let lkey = *lkey;
-        let out = area.get_mut(..total as usize).ok_or(fi::FI_EMSGSIZE)?;
-        mem.gather(iov, out);
-        Ok(Segs::one(Seg { addr: out.as_ptr() as u64, len: total, lkey }))
     }
 
     /// fi_recv* on endpoint (or shared receive context) `id`.
@@ -302,14 +294,16 @@ impl Engine {
         let (opcode, atomic) = if r.cswap { (SendOpcode::CmpSwap, r.operand) } else { (SendOpcode::FetchAdd, (r.operand.0, 0)) };
         let flags = fi::FI_ATOMIC as u64 | if r.write { fi::FI_WRITE as u64 } else { fi::FI_READ as u64 };
         let op = Op { ep: id, kind: OpKind::Atomic, context, flags, buf, len: 8, report, tmp_mrs: tmp.clone(), bounce };
-        let res = self.post_send(id, SendReq { opcode, segs: Segs::one(seg), inline: false, imm: None, remote: Some((r.addr, Rkey(r.key as u32))), atomic, dest: Some(0), op });
+        let res = self.post_send(mem, id, SendReq { opcode, segs: Segs::one(seg), inline: None, imm: None, remote: Some((r.addr, Rkey(r.key as u32))), atomic, dest: Some(0), op });
         if res.is_err() {
             self.drop_tmp_mrs(tmp);
         }
         res
     }
 
-    pub fn post_send(&mut self, id: Id, r: SendReq) -> Result<(), Errno> {
+    /// Posts `r` on endpoint `id`'s QP; an inline request's bytes are gathered from the
+    /// application (`mem`) into the work request's buffer in the transport: one copy.
+    pub fn post_send(&mut self, mem: &dyn AppMemory, id: Id, r: SendReq) -> Result<(), Errno> {
         let ep = self.eps.get(&id).ok_or(fi::FI_EINVAL)?;
         let qp = ep.qp.ok_or(fi::FI_EOPBADSTATE)?;
         let ud = if ep.ty == EpType::Dgram {
@@ -334,7 +328,7 @@ impl Engine {
         for s in r.segs.as_slice() {
             wr.sg_list.push(Sge { addr: s.addr, length: s.len as u32, lkey: s.lkey });
         }
-        wr.flags = if r.inline { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
+        wr.flags = if r.inline.is_some() { SendFlags::SIGNALED | SendFlags::INLINE } else { SendFlags::SIGNALED };
         wr.imm_data = r.imm.unwrap_or(0);
         let (va, rkey) = r.remote.unwrap_or((0, Rkey(0)));
         wr.remote_addr = va;
@@ -347,7 +341,11 @@ impl Engine {
             let av = h.av(gid, h.local_gid_index());
             self.swr.ud = Some(UdDest { av, remote_qpn: Qpn::new(qpn), remote_qkey: QKey(UD_QKEY) });
         }
-        h.post_send_ref(qp, &self.swr).map_err(|e| {
+        let posted = match r.inline {
+            Some(iov) => h.post_send_inline_with(qp, &self.swr, iov.iter().map(|v| v.1 as usize).sum(), |out| mem.gather(iov, out)),
+            None => h.post_send_ref(qp, &self.swr),
+        };
+        posted.map_err(|e| {
             use droce_transport::device::PostSendError as P;
             match e {
                 P::QueueFull => fi::FI_EAGAIN,
@@ -361,7 +359,7 @@ impl Engine {
         h.poll_device();
         drop(h);
         if debug() {
-            eprintln!("droce-fi: ep{id} post {:?} len {} inline {} imm {:?} ctx {:#x} report {}", r.opcode, r.op.len, r.inline, r.imm, r.op.context, r.op.report);
+            eprintln!("droce-fi: ep{id} post {:?} len {} inline {} imm {:?} ctx {:#x} report {}", r.opcode, r.op.len, r.inline.is_some(), r.imm, r.op.context, r.op.report);
         }
         self.ops.insert(wr_id, r.op);
         Ok(())

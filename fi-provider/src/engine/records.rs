@@ -315,11 +315,13 @@ pub type IdMap<V> = HashMap<Id, V, BuildHasherDefault<WrHasher>>;
 
 /// A send-side request.
 #[derive(Debug, Clone)]
-pub struct SendReq {
+pub struct SendReq<'a> {
     pub opcode: SendOpcode,
+    /// The gather list (empty for an inline send).
     pub segs: Segs,
-    /// Copied at post time (fi_inject and small sends): the buffer is free on return.
-    pub inline: bool,
+    /// An inline send (fi_inject and small sends): the application's iov, copied at post
+    /// time straight into the work request's own buffer; the buffer is free on return.
+    pub inline: Option<&'a [(u64, u64)]>,
     pub imm: Option<u32>,
     pub remote: Option<(u64, Rkey)>,
     pub atomic: (u64, u64),

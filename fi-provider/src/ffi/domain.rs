@@ -1,25 +1,9 @@
-//! The domain: engine setup on first open (the bounce area for small sends), the progress
-//! thread of FI_PROGRESS_AUTO, fi_trywait's look at CQs and EQs, and the domain's ops.
+//! The domain: the progress thread of FI_PROGRESS_AUTO, fi_trywait's look at CQs and EQs,
+//! and the domain's ops.
 
 use super::sys::*;
 use super::*;
 use crate::engine::{self, Engine};
-use droce_transport::verbs::AccessFlags;
-
-pub(super) const BOUNCE_LEN: usize = 64 * 1024;
-
-/// Runs once when the engine opens: registers the bounce area for inline sends.
-pub(crate) fn init_engine(e: &mut Engine) {
-    let area: &'static mut [u8] = Box::leak(vec![0u8; BOUNCE_LEN].into_boxed_slice());
-    let pd = e.pd;
-    let ptr = area.as_mut_ptr();
-    // SAFETY: `area` is leaked (never freed or moved) and only touched by the engine, under
-    // its lock, right before an INLINE post that copies it.
-    let mr = unsafe { e.host().reg_mr(pd, ptr, BOUNCE_LEN, AccessFlags::LOCAL_WRITE) };
-    if let Ok(mr) = mr {
-        e.bounce = Some((area, mr.lkey));
-    }
-}
 
 /// Auto progress (FI_PROGRESS_AUTO domains, FD wait objects): the runtime's progress thread
 /// runs the same progress step as the reads.

@@ -511,9 +511,9 @@ unsafe extern "C" fn trywait(_f: *mut fid_fabric, fids: *mut *mut fid, count: c_
     })
 }
 
-/// Opens (once) the engine; the bounce area for copies of small sends is registered here.
+/// Opens (once) the engine.
 pub(crate) fn open_engine() -> Result<std::sync::MutexGuard<'static, engine::Engine>, Errno> {
-    engine::engine(init_engine).map_err(|e| {
+    engine::engine().map_err(|e| {
         eprintln!("droce: {e}");
         FI_ENODEV
     })

@@ -167,7 +167,8 @@ impl engine::AppMemory for AppBuffers {
         for &(a, l) in iov {
             let Some(dst) = out.get_mut(off..off + l as usize) else { return };
             // SAFETY: the application's buffers hold the bytes they describe (the fi_send /
-            // fi_inject contract); `dst` is engine memory, distinct from them.
+            // fi_inject contract); `dst` is the work request's inline buffer in the transport,
+            // distinct from them.
             unsafe { ptr::copy_nonoverlapping(a as *const u8, dst.as_mut_ptr(), dst.len()) };
             off += l as usize;
         }

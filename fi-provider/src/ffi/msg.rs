@@ -7,29 +7,52 @@ use crate::engine::{self, RxRequest, Tx, TxRequest};
 use crate::info as pinfo;
 use droce_transport::Lkey;
 
-/// The caller's list, at most one entry past the iov limit (enough for the limit check to
-/// refuse it; a wild count is not walked).
-pub(super) fn iovs(iov: *const iovec, count: usize) -> Vec<(u64, u64)> {
-    if iov.is_null() {
-        return Vec::new();
-    }
-    let count = count.min(pinfo::IOV_LIMIT as usize + 1);
-    // SAFETY: the caller passes `count` (or more) iovecs at iov.
-    unsafe { std::slice::from_raw_parts(iov, count) }.iter().map(|v| (v.iov_base as u64, v.iov_len as u64)).collect()
+/// Room for the caller's list: one entry past the largest iov limit (enough for the limit
+/// check to refuse a longer one; a wild count is not walked).
+const ROOM: usize = pinfo::IOV_LIMIT as usize + 1;
+
+/// A short list on the stack (an iov or its descriptors): a post builds no `Vec`.
+pub(super) struct Few<T> {
+    n: usize,
+    a: [T; ROOM],
 }
 
-/// The lkeys the caller's descriptors name (None for a NULL or foreign one), at most one
-/// entry past the iov limit like [`iovs`].
-pub(super) fn descs(desc: *mut *mut c_void, count: usize) -> Vec<Option<Lkey>> {
-    let count = count.min(pinfo::IOV_LIMIT as usize + 1);
+impl<T> std::ops::Deref for Few<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.a[..self.n]
+    }
+}
+
+/// The caller's list, at most [`ROOM`] entries.
+pub(super) fn iovs(iov: *const iovec, count: usize) -> Few<(u64, u64)> {
+    let mut l = Few { n: 0, a: [(0, 0); ROOM] };
+    if iov.is_null() {
+        return l;
+    }
+    l.n = count.min(ROOM);
+    // SAFETY: the caller passes `count` (or more) iovecs at iov.
+    let src = unsafe { std::slice::from_raw_parts(iov, l.n) };
+    for (d, v) in l.a.iter_mut().zip(src) {
+        *d = (v.iov_base as u64, v.iov_len as u64);
+    }
+    l
+}
+
+/// The lkeys the caller's descriptors name (None for a NULL or foreign one), at most
+/// [`ROOM`] entries like [`iovs`].
+pub(super) fn descs(desc: *mut *mut c_void, count: usize) -> Few<Option<Lkey>> {
+    let mut l = Few { n: count.min(ROOM), a: [None; ROOM] };
     if desc.is_null() {
-        return vec![None; count];
+        return l;
     }
     // SAFETY: the caller passes `count` (or more) descriptors at desc.
-    unsafe { std::slice::from_raw_parts(desc, count) }.iter().map(|d| lkey_of(*d)).collect()
+    let src = unsafe { std::slice::from_raw_parts(desc, l.n) };
+    for (d, p) in l.a.iter_mut().zip(src) {
+        *d = lkey_of(*p);
+    }
+    l
 }
-
-
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn post_tx(ep: *mut fid_ep, iov: &[(u64, u64)], desc: &[Option<Lkey>], dest: u64, context: *mut c_void, flags: Option<u64>, imm: Option<u64>, kind: Tx, inject: bool) -> isize {
@@ -145,4 +168,25 @@ pub(super) unsafe extern "C" fn rma_writedata(ep: *mut fid_ep, buf: *const c_voi
 
 pub(super) unsafe extern "C" fn rma_injectdata(ep: *mut fid_ep, buf: *const c_void, len: usize, data: u64, dest: fi_addr_t, addr: u64, key: u64) -> isize {
     guard(EOTHER_S, || post_tx(ep, &[(buf as u64, len as u64)], &[None], dest, ptr::null_mut(), None, Some(data), Tx::Write(addr, key), true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iov_and_desc_lists_are_clamped_and_null_safe() {
+        let bufs = [[0u8; 4]; 12];
+        let v: Vec<iovec> = bufs.iter().map(|b| iovec { iov_base: b.as_ptr() as *mut c_void, iov_len: b.len() }).collect();
+        let l = iovs(v.as_ptr(), 3);
+        assert_eq!(&l[..], &[(bufs[0].as_ptr() as u64, 4), (bufs[1].as_ptr() as u64, 4), (bufs[2].as_ptr() as u64, 4)]);
+        // a count past the limit is cut one past it (the limit check then refuses it)
+        assert_eq!(iovs(v.as_ptr(), 12).len(), ROOM);
+        assert!(iovs(ptr::null(), 5).is_empty());
+        // NULL descriptors: one None per entry
+        assert_eq!(&descs(ptr::null_mut(), 2)[..], &[None, None]);
+        let mut d = [ptr::null_mut::<c_void>(); 12];
+        assert_eq!(descs(d.as_mut_ptr(), 12).len(), ROOM);
+        assert!(descs(d.as_mut_ptr(), 4).iter().all(Option::is_none));
+    }
 }

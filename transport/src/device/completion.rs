@@ -39,6 +39,7 @@ impl<M: Memory> Device<M> {
                 wc_flags: WcFlags::default(),
                 pkey_index: q.attr.pkey_index,
             }));
+            q.req.retire(w);
         }
         q.req.next = 0;
         q.req.sent_pkts = 0;
@@ -91,6 +92,7 @@ impl<M: Memory> Device<M> {
             };
             wc.src_qp = q.qpn;
             wcs.push((q.init.send_cq, wc));
+            q.req.retire(w);
         }
         q.req.next = 0;
         for (cq, wc) in wcs {

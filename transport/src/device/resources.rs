@@ -392,7 +392,64 @@ impl<M: Memory> Device<M> {
     /// [`post_send`](Self::post_send) without giving up the work request: its gather list
     /// is copied into the send queue (inline up to 4 SGEs), so a caller can keep one
     /// `SendWr` per QP, change `wr_id`/addresses and post it again without allocating.
+    ///
+    /// An INLINE work request has its payload gathered from memory now, into a buffer the
+    /// WQE keeps until it retires (recycled: no allocation per post in steady state).
     pub fn post_send_ref(&mut self, qp: QpHandle, wr: &SendWr) -> Result<(), PostSendError> {
+        let len = wr.total_len();
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        let cap = self.check_post_send(qp, wr, len, inline)?;
+        // Local key checks (10.6.3.3 / C10-...): a failure completes the WR with LocProtErr.
+        let mut local_error = None;
+        let mut data = None;
+        if inline {
+            let q = self.qps.get_mut(qp.0).ok_or(PostSendError::InvalidQp)?;
+            let mut v = q.req.take_inline(len as usize, cap);
+            let mut off = 0;
+            for s in &wr.sg_list {
+                let n = s.length as usize;
+                if self.mem.read(s.addr, &mut v[off..off + n]).is_err() {
+                    local_error = Some(WcStatus::LocProtErr);
+                }
+                off += n;
+            }
+            data = Some(v);
+        } else {
+            let pd = self.qps.get(qp.0).ok_or(PostSendError::InvalidQp)?.init.pd;
+            let need = if wr.opcode.is_rd_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
+            for s in &wr.sg_list {
+                if s.length == 0 {
+                    continue;
+                }
+                let ok = lookup_lkey(&self.mrs, s.lkey).is_some_and(|mr| mr.check(pd, s.addr, s.length as u64, need).is_ok());
+                if !ok {
+                    local_error = Some(WcStatus::LocProtErr);
+                }
+            }
+        }
+        self.queue_send(qp, wr, data, len, local_error)
+    }
+
+    /// An INLINE send whose `len` payload bytes the caller writes itself: `fill` gets the
+    /// WQE's own (recycled) buffer, so the bytes are copied once, from wherever the caller
+    /// has them, and the transmit path reads them from there into the frame (and again for
+    /// a retransmission). `wr` carries no gather list (else `TooManySges`); its INLINE flag
+    /// is implied; `len` is limited by `max_inline_data` as for any INLINE send. `fill`
+    /// runs only when the post is accepted.
+    pub fn post_send_inline_with(&mut self, qp: QpHandle, wr: &SendWr, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<(), PostSendError> {
+        if !wr.sg_list.is_empty() {
+            return Err(PostSendError::TooManySges);
+        }
+        let cap = self.check_post_send(qp, wr, len as u64, true)?;
+        let q = self.qps.get_mut(qp.0).ok_or(PostSendError::InvalidQp)?;
+        let mut v = q.req.take_inline(len, cap);
+        fill(&mut v);
+        self.queue_send(qp, wr, Some(v), len as u64, None)
+    }
+
+    /// The checks every send post makes (QP state, queue room, SGE count, opcode for the
+    /// service, length, inline limits). Returns the QP's `max_inline_data`.
+    fn check_post_send(&self, qp: QpHandle, wr: &SendWr, len: u64, inline: bool) -> Result<usize, PostSendError> {
         let q = self.qps.get(qp.0).ok_or(PostSendError::InvalidQp)?;
         if !q.state.can_post_send() {
             return Err(PostSendError::InvalidState);
@@ -403,9 +460,7 @@ impl<M: Memory> Device<M> {
         if wr.sg_list.len() > q.init.cap.max_send_sge as usize {
             return Err(PostSendError::TooManySges);
         }
-        let ty = q.init.qp_type;
-        let len = wr.total_len();
-        match ty {
+        match q.init.qp_type {
             QpType::Ud => {
                 if !matches!(wr.opcode, SendOpcode::Send | SendOpcode::SendImm) || wr.ud.is_none() {
                     return Err(PostSendError::InvalidOpcode);
@@ -423,39 +478,17 @@ impl<M: Memory> Device<M> {
                 }
             }
         }
-        let inline_flag = wr.flags.contains(SendFlags::INLINE);
-        if inline_flag && (len > q.init.cap.max_inline_data as u64 || wr.opcode.is_rd_atomic()) {
+        if inline && (len > q.init.cap.max_inline_data as u64 || wr.opcode.is_rd_atomic()) {
             return Err(PostSendError::InlineTooLong);
         }
-        // Local key checks (10.6.3.3 / C10-...): a failure completes the WR with LocProtErr.
-        let mut local_error = None;
-        let mut inline = None;
-        if inline_flag {
-            let mut v = vec![0u8; len as usize];
-            let mut off = 0;
-            for s in &wr.sg_list {
-                let n = s.length as usize;
-                if self.mem.read(s.addr, &mut v[off..off + n]).is_err() {
-                    local_error = Some(WcStatus::LocProtErr);
-                }
-                off += n;
-            }
-            inline = Some(v);
-        } else {
-            let need = if wr.opcode.is_rd_atomic() { AccessFlags::LOCAL_WRITE } else { AccessFlags::NONE };
-            for s in &wr.sg_list {
-                if s.length == 0 {
-                    continue;
-                }
-                let ok = lookup_lkey(&self.mrs, s.lkey).is_some_and(|mr| mr.check(q.init.pd, s.addr, s.length as u64, need).is_ok());
-                if !ok {
-                    local_error = Some(WcStatus::LocProtErr);
-                }
-            }
-        }
+        Ok(q.init.cap.max_inline_data as usize)
+    }
+
+    /// Queues a checked send WQE (`inline`: its payload) and lets the QP's state act on it.
+    fn queue_send(&mut self, qp: QpHandle, wr: &SendWr, inline: Option<Vec<u8>>, len: u64, local_error: Option<WcStatus>) -> Result<(), PostSendError> {
         let signaled = wr.flags.contains(SendFlags::SIGNALED);
-        let state = q.state;
         let q = self.qps.get_mut(qp.0).ok_or(PostSendError::InvalidQp)?;
+        let state = q.state;
         q.req.sq.push_back(SendWqe::new(wr, inline, len, local_error, signaled));
         if state == QpState::Err {
             // Posted to a QP in the error state: flushed at once (IBA 10.8.3.1).

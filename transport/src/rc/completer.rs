@@ -70,6 +70,7 @@ pub(crate) fn complete_front(qp: &mut Qp, status: WcStatus, fx: &mut Effects) {
     if w.signaled || qp.init.sq_sig_all || status != WcStatus::Success {
         fx.wcs.push((qp.init.send_cq, wc_for(qp, &w, status), false));
     }
+    qp.req.retire(w);
 }
 
 fn progress(qp: &mut Qp, now: Instant) {

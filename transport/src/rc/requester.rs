@@ -26,7 +26,9 @@ pub(crate) struct SendWqe {
     /// The work request without its gather list (`sg_list` is empty: see `sges`).
     pub wr: SendWr,
     pub sges: SgeList,
-    /// Copy of the gathered data for INLINE sends (and for UD, which has no retransmission).
+    /// The payload of an INLINE send, copied in at post time and kept until the WQE retires
+    /// (a retransmission reads it again). The buffer comes from, and goes back to, the
+    /// requester's [`inline_pool`](Requester::inline_pool).
     pub inline: Option<Vec<u8>>,
     pub len: u64,
     /// Set at post time when an SGE fails the lkey check: completes with this status.
@@ -105,6 +107,10 @@ pub(crate) struct Requester {
     /// for the PSNs right before it.
     pub last_nak: Option<Psn>,
     pub nak_run: u32,
+    /// Buffers of retired INLINE WQEs, for the next INLINE posts: posting allocates only
+    /// until as many INLINE WQEs were outstanding at once as ever will be (at most
+    /// `max_send_wr`, each buffer `max_inline_data` bytes).
+    pub inline_pool: Vec<Vec<u8>>,
 }
 
 /// Why the requester cannot send right now (used for tests and scheduling).
@@ -119,6 +125,22 @@ pub(crate) enum Blocked {
 }
 
 impl Requester {
+    /// A buffer of `len` zero bytes for an INLINE WQE, with room for `cap` (`max_inline_data`):
+    /// a recycled one when there is one.
+    pub fn take_inline(&mut self, len: usize, cap: usize) -> Vec<u8> {
+        let mut v = self.inline_pool.pop().unwrap_or_else(|| Vec::with_capacity(cap.max(len)));
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    /// A WQE leaves the send queue: its inline buffer goes back to the pool.
+    pub fn retire(&mut self, w: SendWqe) {
+        if let Some(v) = w.inline {
+            self.inline_pool.push(v);
+        }
+    }
+
     /// Whether a packet could be produced now.
     pub fn can_send(&self, lim: &ReqLimits) -> Result<(), Blocked> {
         if self.rnr_wait {
