@@ -11,6 +11,12 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryError;
 
+/// Bytes per step of the default [`Memory::crc32`] and [`Memory::write_crc`]: a whole
+/// payload of path MTU 4096, so that the CRC kernel runs over one span as long as the
+/// payload (crc32fast's widest loops start at 2 KiB) and the copy that follows it reads
+/// bytes the CRC has just brought into L1.
+pub const CRC_CHUNK: usize = 4096;
+
 /// Reach application memory by virtual address.
 pub trait Memory {
     /// Copy `buf.len()` bytes starting at `addr` into `buf`.
@@ -23,6 +29,40 @@ pub trait Memory {
     fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError>;
     /// 64-bit fetch-and-add at an 8-byte aligned address, wrapping. Returns the original value.
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError>;
+
+    /// Continue the CRC-32 `state` (as [`crate::wire::icrc::crc32_update`]) over
+    /// `addr..addr + len` without copying the bytes anywhere: the ICRC of a frame whose
+    /// payload the embedder sends straight from this memory
+    /// ([`Device::poll_transmit_split`](crate::Device::poll_transmit_split)). The default
+    /// reads through [`read`](Self::read) in [`CRC_CHUNK`] steps; embedders that can see
+    /// the bytes in place override it.
+    fn crc32(&self, addr: u64, len: usize, state: u32) -> Result<u32, MemoryError> {
+        let mut chunk = [0u8; 256];
+        let mut h = crc32fast::Hasher::new_with_initial(state);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len());
+            self.read(addr.checked_add(done as u64).ok_or(MemoryError)?, &mut chunk[..n])?;
+            h.update(&chunk[..n]);
+            done += n;
+        }
+        Ok(h.finalize())
+    }
+
+    /// Copy `data` to `addr` and continue the CRC-32 `state` over it, in one pass over
+    /// `data` (CRC then copy of each [`CRC_CHUNK`], while the chunk is in cache): the
+    /// receive path's ICRC check fused with the placement of the payload. The bytes are
+    /// written whatever the CRC turns out to be; the caller compares it afterwards.
+    fn write_crc(&mut self, addr: u64, data: &[u8], state: u32) -> Result<u32, MemoryError> {
+        let mut h = crc32fast::Hasher::new_with_initial(state);
+        let mut at = addr;
+        for c in data.chunks(CRC_CHUNK) {
+            h.update(c);
+            self.write(at, c)?;
+            at = at.wrapping_add(c.len() as u64);
+        }
+        Ok(h.finalize())
+    }
 }
 
 /// Lets an embedder pick the memory at run time: `Device<Box<dyn Memory>>`.
@@ -38,6 +78,12 @@ impl<T: Memory + ?Sized> Memory for Box<T> {
     }
     fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError> {
         (**self).fetch_add(addr, add)
+    }
+    fn crc32(&self, addr: u64, len: usize, state: u32) -> Result<u32, MemoryError> {
+        (**self).crc32(addr, len, state)
+    }
+    fn write_crc(&mut self, addr: u64, data: &[u8], state: u32) -> Result<u32, MemoryError> {
+        (**self).write_crc(addr, data, state)
     }
 }
 
@@ -111,6 +157,10 @@ impl Memory for VecMemory {
         self.bytes[r].copy_from_slice(&orig.wrapping_add(add).to_ne_bytes());
         Ok(orig)
     }
+    fn crc32(&self, addr: u64, len: usize, state: u32) -> Result<u32, MemoryError> {
+        let r = self.range(addr, len).ok_or(MemoryError)?;
+        Ok(crate::wire::icrc::crc32_update(state, &self.bytes[r]))
+    }
 }
 
 #[cfg(test)]
@@ -135,5 +185,46 @@ mod tests {
         assert_eq!(m.fetch_add(0x1040, 0), Err(MemoryError), "out of range");
         let mut boxed: Box<dyn Memory> = Box::new(m);
         assert_eq!(boxed.fetch_add(0x1008, 1), Ok(99));
+    }
+
+    /// A memory that only implements the required methods: the trait's defaults.
+    struct Plain(VecMemory);
+    impl Memory for Plain {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+            self.0.read(addr, buf)
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+            self.0.write(addr, data)
+        }
+        fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
+            self.0.cmp_swap(addr, compare, swap)
+        }
+        fn fetch_add(&mut self, addr: u64, add: u64) -> Result<u64, MemoryError> {
+            self.0.fetch_add(addr, add)
+        }
+    }
+
+    #[test]
+    fn crc_over_memory_and_fused_write() {
+        use crate::wire::icrc::crc32_update;
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        for len in [0usize, 1, 255, 256, 257, 4096, 4097, 10_000] {
+            let mut v = VecMemory::new(0x1000, 12_000);
+            v.write(0x1010, &data[..len]).unwrap();
+            let want = crc32_update(0x1234_5678, &data[..len]);
+            assert_eq!(v.crc32(0x1010, len, 0x1234_5678), Ok(want), "VecMemory {len}");
+            let p = Plain(v.clone());
+            assert_eq!(p.crc32(0x1010, len, 0x1234_5678), Ok(want), "default {len}");
+            for m in [&mut v as &mut dyn Memory, &mut Plain(VecMemory::new(0x1000, 12_000)) as &mut dyn Memory] {
+                assert_eq!(m.write_crc(0x1100, &data[..len], 7), Ok(crc32_update(7, &data[..len])));
+                let mut back = vec![0u8; len];
+                m.read(0x1100, &mut back).unwrap();
+                assert_eq!(back, data[..len]);
+            }
+        }
+        let v = VecMemory::new(0x1000, 64);
+        assert_eq!(v.crc32(0x1000, 65, 0), Err(MemoryError));
+        assert_eq!(Plain(v.clone()).crc32(0x1000 + 60, 8, 0), Err(MemoryError));
+        assert_eq!(Plain(v).write_crc(0x1000 + 60, &[0; 8], 0), Err(MemoryError));
     }
 }

@@ -58,6 +58,15 @@ impl Port {
 
     /// Sends from the front of `batch` (`rte_eth_tx_burst`); sent mbufs leave the batch, the
     /// unsent stay in it, in order, for the caller to retry or drop (`batch.clear()`, or they
+    /// Asks the PMD to free the mbufs of frames it has sent (`rte_eth_tx_done_cleanup`);
+    /// the count it freed, or `None` when the PMD does not support it. Used to release frames
+    /// that point into memory about to be deregistered.
+    pub fn tx_done_cleanup(&self, q: QueueId) -> Option<u32> {
+        // SAFETY: port and queue ids are plain integers; DPDK checks both.
+        let r = unsafe { sys::rte_eth_tx_done_cleanup(self.id().0, q.0, 0) };
+        u32::try_from(r).ok()
+    }
+
     /// are freed when the batch is dropped). Returns how many were sent.
     #[inline]
     pub fn tx_burst<const N: usize>(&self, q: QueueId, batch: &mut MbufBatch<N>) -> Result<u16> {

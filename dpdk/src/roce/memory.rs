@@ -108,6 +108,17 @@ impl Memory for ProcessMemory {
         Ok(())
     }
 
+    fn crc32(&self, addr: u64, len: usize, state: u32) -> Result<u32, MemoryError> {
+        if len == 0 {
+            return Ok(state);
+        }
+        self.check(addr, len)?;
+        // SAFETY: addr..addr+len lies inside a registered range, valid for reads by the contract
+        // of `add_region`; the slice lives only for this CRC pass.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
+        Ok(droce_transport::wire::icrc::crc32_update(state, bytes))
+    }
+
     fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
         let w = self.word(addr)?;
         Ok(match w.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {

@@ -118,6 +118,8 @@ pub mod pcap;
 mod poll;
 mod rx;
 mod stats;
+#[allow(unsafe_code)]
+mod zerocopy;
 
 pub use stats::{format_roce_stats, EngineCounters, RoceStats};
 
@@ -171,6 +173,40 @@ pub struct RoceConfig {
     pub transport: DeviceConfig,
     /// Flag IPv4 frames for TX checksum offload when the port enabled it.
     pub checksum_offload: bool,
+    /// Zero-copy transmit ([`zerocopy`]): RC data frames with at least this many payload
+    /// bytes in one registered range go out as a chain whose payload segment is the
+    /// registered memory itself. `None`: every payload is copied into the mbuf. Only on PMDs
+    /// that read segments by virtual address (memif, ring, af_packet, af_xdp, tap, null; a NIC
+    /// would need the memory DMA-mapped), and not while a capture or TX fault injection reads
+    /// the frames. Default [`TX_ZERO_COPY_MIN`]; env `DROCE_TX_ZC` = `off` / `0` or a size.
+    pub tx_zero_copy: Option<usize>,
+}
+
+/// Default smallest payload sent zero-copy (`docs/design.md`, "Where the payload is copied").
+pub const TX_ZERO_COPY_MIN: usize = 1024;
+
+/// Drivers whose TX reads a segment through its virtual address (a copy or a pointer hand-off),
+/// so an external buffer in plain process memory needs no DMA mapping.
+const ZERO_COPY_DRIVERS: [&str; 6] = ["net_memif", "net_ring", "net_af_packet", "net_af_xdp", "net_tap", "net_null"];
+
+/// `DROCE_TX_ZC` (`off`, `no`, `0`: copy every payload; a number: the smallest payload sent
+/// zero-copy) and `DROCE_FUSED_RX` (`0` / `no`: check the ICRC, then copy): the A/B switches
+/// of the two payload paths.
+fn payload_path_env() -> (Option<usize>, bool) {
+    let zc = match std::env::var("DROCE_TX_ZC").ok().map(|v| v.trim().to_ascii_lowercase()) {
+        None => Some(TX_ZERO_COPY_MIN),
+        Some(v) if v.is_empty() || v == "on" || v == "yes" => Some(TX_ZERO_COPY_MIN),
+        Some(v) if v == "off" || v == "no" || v == "0" => None,
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                log::warn!("DROCE_TX_ZC='{v}': want off or a payload size; using {TX_ZERO_COPY_MIN}");
+                Some(TX_ZERO_COPY_MIN)
+            }
+        },
+    };
+    let fused = !matches!(std::env::var("DROCE_FUSED_RX").ok().map(|v| v.trim().to_ascii_lowercase()).as_deref(), Some("0" | "no" | "off"));
+    (zc, fused)
 }
 
 /// Which frames one TX pass of [`RoceDevice::poll`] takes from the transport.
@@ -218,8 +254,9 @@ impl RoceConfig {
             // A new QP sends its first window while the first ARP exchange runs: hold it all
             // (frames beyond max_held are dropped and cost a go-back-N resend).
             neigh: NeighConfig { max_held: MEMIF_WINDOW as usize + 256, ..NeighConfig::default() },
-            transport: DeviceConfig::default(),
+            transport: DeviceConfig { fused_rx: payload_path_env().1, ..DeviceConfig::default() },
             checksum_offload: true,
+            tx_zero_copy: payload_path_env().0,
         }
     }
 }
@@ -279,6 +316,9 @@ struct HeldRx {
     frame: Vec<u8>,
     since: u64,
 }
+
+/// How long [`RoceDevice::dereg_mr`] waits for the PMD to free frames over the MR.
+pub const DEREG_WAIT: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// Idle polls between two TSC readings for the timers (timers are 20 us and coarser; an idle
 /// poll takes ~0.1-0.3 us).
@@ -345,6 +385,11 @@ pub struct RoceDevice {
     spare: Option<Mbuf>,
     /// Several peers' ports instead of `port` for I/O (the host's zero-config mesh).
     mesh: Option<mesh::MeshWire>,
+    /// The smallest payload sent zero-copy on this port (`None`: copy).
+    zc_min: Option<usize>,
+    /// Frames in flight per registered range (after every queue above: their frames are
+    /// freed, and counted out, first).
+    ext: zerocopy::ExtRanges,
     // Dropped last: every mbuf above returns to it first.
     pool: Arc<Mempool>,
 }
@@ -375,7 +420,9 @@ impl RoceDevice {
         gids.extend(cfg.ipv6.iter().filter(|a| **a != ll).map(|a| Gid::from_ipv6(*a)));
         let mut tcfg = DeviceConfig { mac, gids: gids.clone(), seed: cfg.seed, eth_mtu, ..cfg.transport.clone() };
         // memif without injected faults: a wire that does not lose frames
-        let memif = port.info().is_ok_and(|i| i.driver_name == "net_memif") && cfg.faults.is_none();
+        let driver = port.info().map(|i| i.driver_name).unwrap_or_default();
+        let memif = driver == "net_memif" && cfg.faults.is_none();
+        let zc_min = cfg.tx_zero_copy.filter(|_| ZERO_COPY_DRIVERS.contains(&driver.as_str()));
         if memif && tcfg.max_unacked_psns == DeviceConfig::default().max_unacked_psns && PathMtu::for_eth_mtu(eth_mtu) <= PathMtu::Mtu1024 {
             tcfg.max_unacked_psns = MEMIF_WINDOW;
         }
@@ -435,6 +482,8 @@ impl RoceDevice {
             polls: 0,
             spare: None,
             mesh: None,
+            zc_min,
+            ext: zerocopy::ExtRanges::default(),
             pool,
         })
     }
@@ -499,18 +548,47 @@ impl RoceDevice {
             let _ = self.dev.dereg_mr(mr.lkey);
             return Err(RegMrError::InvalidRange);
         }
+        self.ext.add(addr as u64, len as u64);
         Ok(mr)
     }
 
     /// Deregister an MR made with [`reg_mr`](Self::reg_mr); the range is no longer touched.
+    ///
+    /// Frames sent zero-copy point into the registered memory until the PMD frees them. With
+    /// frames over this MR still in flight, the call pushes the TX queue to the PMD and asks
+    /// the PMD to free what it has sent (`rte_eth_tx_done_cleanup`) for up to
+    /// [`DEREG_WAIT`]; if frames still remain (a ring whose consumer has not dequeued them,
+    /// a NIC that has not sent them), it fails with [`DeregMrError::InUse`] and the MR stays
+    /// registered: the application must not free the memory yet, and may try again. As with
+    /// verbs, freeing registered memory without a successful deregistration is the
+    /// application's error.
     pub fn dereg_mr(&mut self, lkey: droce_transport::Lkey) -> Result<(), DeregMrError> {
         let (va, len) = {
             let mr = self.dev.query_mr(lkey).ok_or(DeregMrError::InvalidMr)?;
             (mr.va, mr.len)
         };
+        if self.ext.in_flight(va, len) > 0 {
+            let t0 = std::time::Instant::now();
+            while self.ext.in_flight(va, len) > 0 && t0.elapsed() < DEREG_WAIT {
+                self.flush_tx();
+                self.port.tx_done_cleanup(self.cfg.queue);
+                std::hint::spin_loop();
+            }
+            if self.ext.in_flight(va, len) > 0 {
+                self.counters.dereg_busy += 1;
+                return Err(DeregMrError::InUse);
+            }
+        }
         self.dev.dereg_mr(lkey)?;
         self.dev.memory_mut().remove_region(va, len);
+        self.ext.remove(va, len);
         Ok(())
+    }
+
+    /// Frames sent zero-copy that the PMD (or the device's TX queue) still holds, over all
+    /// registered memory.
+    pub fn zero_copy_in_flight(&self) -> u64 {
+        self.ext.total_in_flight()
     }
 
     /// Copy registered memory out (for checks; no work request may be writing it).

@@ -30,7 +30,14 @@ impl RoceDevice {
         if own {
             let mac = self.mac();
             set_dst_mac(&mut m, mac);
-            self.rx_frame(Instant(now), m.data_mut());
+            if m.nb_segs() > 1 {
+                // a zero-copy chain: the receive path wants the frame in one slice
+                let mut f = m.to_vec();
+                drop(m);
+                self.rx_frame(Instant(now), &mut f);
+            } else {
+                self.rx_frame(Instant(now), m.data_mut());
+            }
             return;
         }
         match self.neigh.route(Instant(now), ip, m) {

@@ -3,6 +3,7 @@
 
 use super::rx::{ipv4_header_len, is_roce, rc_bth_opcode, RxOrder};
 use super::*;
+use droce_transport::device::{TxFrame, TxPass, TxPayload};
 
 impl RoceDevice {
     // ------------------------------------------------------------------ the loop
@@ -167,6 +168,8 @@ impl RoceDevice {
             None => (self.cfg.tx_burst as usize * 4).saturating_sub(self.tx_queue.len() + self.tx_batch.len()),
         };
         let budget = (self.cfg.tx_burst as usize).min(room);
+        // A capture and TX faults read and rewrite the frame as one slice: they see copies.
+        let zc_min = self.zc_min.filter(|_| self.pcap.is_none() && self.fault_tx.is_none());
         let mut sent = 0;
         while sent < budget {
             let mut m = match self.spare.take() {
@@ -183,14 +186,26 @@ impl RoceDevice {
                 self.counters.tx_nombuf += 1;
                 break;
             };
-            let r = match round {
-                TxRound::DataOnly => self.dev.poll_transmit_data(now, buf),
-                TxRound::All => self.dev.poll_transmit(now, buf),
-                TxRound::AfterRx => self.dev.poll_transmit_after_rx(now, buf),
+            let pass = match round {
+                TxRound::DataOnly => TxPass::DataOnly,
+                TxRound::All => TxPass::All,
+                TxRound::AfterRx => TxPass::AfterRx,
+            };
+            let r = match zc_min {
+                Some(min) => self.dev.poll_transmit_split(now, buf, pass, min),
+                None => match pass {
+                    TxPass::DataOnly => self.dev.poll_transmit_data(now, buf),
+                    TxPass::All => self.dev.poll_transmit(now, buf),
+                    TxPass::AfterRx => self.dev.poll_transmit_after_rx(now, buf),
+                }
+                .map(|len| TxFrame { len, payload: None }),
             };
             match r {
-                Some(n) => {
-                    let _ = m.set_len(n as u16);
+                Some(f) => {
+                    let _ = m.set_len(f.len as u16);
+                    if let Some(p) = f.payload {
+                        self.attach_payload(&mut m, f.len, &p);
+                    }
                     sent += 1;
                     self.counters.tx_roce += 1;
                     self.route(now.0, m);
@@ -203,6 +218,24 @@ impl RoceDevice {
         }
         work.tx += sent as u32;
         self.flush_tx();
+    }
+
+    /// Behind the `hdr_len` header bytes in `m`: the payload in registered memory as an
+    /// external-buffer segment and the pad + ICRC as a third ([`zerocopy`]); or, when that
+    /// cannot be done (no range holds it, the pool is out of mbufs), a copy into `m`, the
+    /// same bytes as the copy path would have written.
+    fn attach_payload(&mut self, m: &mut Mbuf, hdr_len: usize, p: &TxPayload) {
+        if self.ext.attach(&self.pool, m, p.addr, p.len, p.trailer()) {
+            self.counters.tx_zero_copy += 1;
+            return;
+        }
+        let total = hdr_len + p.len + p.trailer().len();
+        let Some(buf) = m.set_len(total as u16) else { return };
+        let (body, trailer) = buf[hdr_len..].split_at_mut(p.len);
+        if self.dev.memory().read(p.addr, body).is_err() {
+            body.fill(0);
+        }
+        trailer.copy_from_slice(p.trailer());
     }
 
     pub(super) fn flush_tx(&mut self) {

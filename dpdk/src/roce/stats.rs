@@ -26,6 +26,10 @@ pub struct EngineCounters {
     pub pcap_errors: u64,
     /// Faults injected, all kinds and directions (details in `faults_rx` / `faults_tx`).
     pub injected_faults: u64,
+    /// Data frames sent zero-copy (payload segment over registered memory).
+    pub tx_zero_copy: u64,
+    /// `dereg_mr` calls refused because the PMD still held frames over the MR.
+    pub dereg_busy: u64,
 }
 
 impl EngineCounters {
@@ -52,6 +56,8 @@ impl EngineCounters {
             ("pcap_frames", self.pcap_frames),
             ("pcap_errors", self.pcap_errors),
             ("injected_faults", self.injected_faults),
+            ("tx_zero_copy", self.tx_zero_copy),
+            ("dereg_busy", self.dereg_busy),
         ]
         .into_iter()
     }

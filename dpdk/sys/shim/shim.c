@@ -61,6 +61,49 @@ int droce_tx_alloc_fill(struct rte_mempool *mp, struct rte_mbuf **mbufs, unsigne
 
 void droce_rte_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
 
+/* Runs when the count of a memory range's shared info drops to zero. The owner holds one
+ * reference for as long as the range is registered and frees the shared info itself once
+ * only that reference is left, so DPDK never gets here; a free callback is still required. */
+static void droce_ext_never_freed(void *addr, void *opaque)
+{
+	(void)addr;
+	(void)opaque;
+}
+
+void droce_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo)
+{
+	shinfo->free_cb = droce_ext_never_freed;
+	shinfo->fcb_opaque = NULL;
+	rte_mbuf_ext_refcnt_set(shinfo, 1);
+}
+
+uint16_t droce_ext_shinfo_refcnt(const struct rte_mbuf_ext_shared_info *shinfo)
+{
+	return rte_mbuf_ext_refcnt_read(shinfo);
+}
+
+int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *addr, uint16_t len,
+			  struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer, uint16_t tlen)
+{
+	struct rte_mbuf *seg[2];
+	if (rte_pktmbuf_alloc_bulk(mp, seg, 2) != 0)
+		return -ENOENT;
+	/* one reference per frame: DPDK drops it when it frees the segment (any thread) */
+	rte_mbuf_ext_refcnt_update(shinfo, 1);
+	rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? (rte_iova_t)(uintptr_t)addr : RTE_BAD_IOVA;
+	rte_pktmbuf_attach_extbuf(seg[0], addr, iova, len, shinfo);
+	seg[0]->data_len = len;
+	seg[0]->pkt_len = len;
+	rte_memcpy(rte_pktmbuf_mtod(seg[1], uint8_t *), trailer, tlen);
+	seg[1]->data_len = tlen;
+	seg[1]->pkt_len = tlen;
+	seg[0]->next = seg[1];
+	hdr->next = seg[0];
+	hdr->nb_segs = 3;
+	hdr->pkt_len = (uint32_t)hdr->data_len + len + tlen;
+	return 0;
+}
+
 void droce_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count)
 {
 	rte_pktmbuf_free_bulk(mbufs, count);

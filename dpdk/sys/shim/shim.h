@@ -77,4 +77,11 @@ uint64_t droce_tx_offload_udp_cksum(void);
 /* RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP: hash functions asked for when RSS is enabled */
 uint64_t droce_rss_ip_udp(void);
 
+/* zero-copy TX: a frame as header mbuf + external-buffer segment over registered memory +
+ * trailer segment; the shared info counts the frames in flight over one memory range */
+void droce_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo);
+uint16_t droce_ext_shinfo_refcnt(const struct rte_mbuf_ext_shared_info *shinfo);
+int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *addr, uint16_t len,
+			  struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer, uint16_t tlen);
+
 #endif

@@ -52,6 +52,7 @@ use crate::wire::{
     self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType,
     HeaderTemplate, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
 };
+pub use transmit::{TxFrame, TxPass, TxPayload};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -107,6 +108,11 @@ pub struct DeviceConfig {
     /// expected one a responder keeps packets for; at most this many packets of one path
     /// MTU each per QP. Packets further out are dropped and NAKed as without it.
     pub sr_window: u32,
+    /// The receive path checks the ICRC of an in-sequence SEND/WRITE continuation or READ
+    /// response while it copies the payload into memory (one pass over the bytes) instead of
+    /// before (two passes). Same frames accepted, same memory and completions; see
+    /// `docs/design.md` ("Where the payload is copied"). Off: check, then copy.
+    pub fused_rx: bool,
 }
 
 impl Default for DeviceConfig {
@@ -124,6 +130,7 @@ impl Default for DeviceConfig {
             hold_acks: false,
             cc: CcConfig::default(),
             sr_window: 128,
+            fused_rx: true,
         }
     }
 }
@@ -237,6 +244,10 @@ pub struct Device<M: Memory> {
     fx: Effects,
     /// Set while `poll_transmit_data` runs: plain ACK/NAK replies wait.
     holding: bool,
+    /// While `poll_transmit_split` runs: the smallest payload left in memory (else `usize::MAX`).
+    split_min: usize,
+    /// The payload `emit` left in memory for the frame it just wrote.
+    split_out: Option<TxPayload>,
 }
 
 /// Largest frame the device produces for its port MTU (buffers given to `poll_transmit`
@@ -270,6 +281,8 @@ impl<M: Memory> Device<M> {
             port_mtu,
             fx: Effects::default(),
             holding: false,
+            split_min: usize::MAX,
+            split_out: None,
         }
     }
 

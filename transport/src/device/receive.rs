@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::cc::notify::CnpTarget;
+use crate::MemoryError;
 
 impl<M: Memory> Device<M> {
     // ---------------------------------------------------------------- timers
@@ -75,8 +76,12 @@ impl<M: Memory> Device<M> {
 
     /// Feed one received Ethernet frame in. The frame is scratch for the ICRC check
     /// ([`RoceRepr::parse_in_place`]) and is unchanged on return.
+    ///
+    /// With [`DeviceConfig::fused_rx`], an in-sequence SEND or WRITE continuation whose
+    /// destination the QP's state alone gives is checked and placed in one pass
+    /// ([`Self::rx_fused`]); every other frame has its ICRC checked before anything else.
     pub fn handle_rx(&mut self, now: Instant, frame: &mut [u8]) {
-        let (repr, range) = match RoceRepr::parse_in_place(frame) {
+        let (repr, range) = match RoceRepr::parse_without_icrc(frame) {
             Ok(x) => x,
             Err(wire::Error) => {
                 if icrc_failed(frame) {
@@ -87,6 +92,79 @@ impl<M: Memory> Device<M> {
                 return;
             }
         };
+        let l3 = wire::eth::HEADER_LEN;
+        let ip_end = l3 + repr.ip.header_len() + repr.ip.payload_len();
+        let mut placed = false;
+        if self.cfg.fused_rx && fusable(repr.bth.opcode) {
+            match self.rx_fused(frame, &repr, range.clone(), ip_end) {
+                Fused::Rejected => {
+                    self.counters.rcvd_icrc_err += 1;
+                    return;
+                }
+                Fused::Placed => placed = true,
+                Fused::NotTaken => {}
+            }
+        }
+        if !placed && !icrc::verify_in_place(&mut frame[l3..ip_end]) {
+            self.counters.rcvd_icrc_err += 1;
+            return;
+        }
+        self.dispatch(now, frame, repr, range, placed);
+    }
+
+    /// The one-pass receive of a request whose payload destination comes from the QP's state
+    /// ([`responder::placement`]: every header check of the pipeline passes; RETH-addressed
+    /// WRITE First/Only never come here, since a corrupted VA that still fell inside the MR
+    /// would be written where no retransmission rewrites). The ICRC runs over the headers,
+    /// then over the payload while it is copied to its destination ([`Memory::write_crc`]),
+    /// then over the pad.
+    ///
+    /// On a mismatch nothing of the QP changes (the PSN is not accepted, no WQE is taken,
+    /// no completion, no ACK) and the frame counts as an ICRC error, exactly as on the
+    /// check-then-copy path; the only difference is that the payload bytes were written:
+    /// they lie in `destination .. destination + payload length`, which is where the
+    /// retransmission of this same PSN writes (the responder still expects it there, and a
+    /// PSN is only accepted with its own bytes), and no completion has told the application
+    /// that range holds data. A memory error while placing falls back to the plain path.
+    fn rx_fused(&mut self, frame: &mut [u8], repr: &RoceRepr, range: core::ops::Range<usize>, ip_end: usize) -> Fused {
+        let l3 = wire::eth::HEADER_LEN;
+        if repr.eth.dst_addr != EthernetAddress(self.cfg.mac) || !self.cfg.gids.contains(&repr.ip.dst_gid()) {
+            return Fused::NotTaken;
+        }
+        let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else { return Fused::NotTaken };
+        let Some(q) = self.qps.get(idx) else { return Fused::NotTaken };
+        if q.init.qp_type != QpType::Rc
+            || !q.state.receives()
+            || !repr.bth.pkey.matches(q.pkey)
+            || repr.ip.src_gid() != q.attr.ah_attr.dgid
+        {
+            return Fused::NotTaken;
+        }
+        let icrc_at = ip_end - wire::icrc::ICRC_LEN;
+        if range.end > icrc_at {
+            return Fused::NotTaken;
+        }
+        let (head, rest) = frame.split_at_mut(range.start);
+        let payload = &rest[..range.len()];
+        let req = request_of(repr, payload);
+        let Some(place) = responder::placement(q, &req) else { return Fused::NotTaken };
+        let Ok(crc) = icrc::compute_in_place(&mut head[l3..]) else { return Fused::NotTaken };
+        let crc = match place {
+            responder::Placement::Write { va } => self.mem.write_crc(va, payload, crc),
+            responder::Placement::Recv { sges, offset } => scatter_crc(&mut self.mem, sges, offset, payload, crc),
+        };
+        let Ok(crc) = crc else { return Fused::NotTaken };
+        let tail = &rest[range.len()..ip_end - range.start];
+        let (pad, icrc) = tail.split_at(tail.len() - wire::icrc::ICRC_LEN);
+        if icrc::crc32_update(crc, pad).to_le_bytes() == *icrc {
+            Fused::Placed
+        } else {
+            Fused::Rejected
+        }
+    }
+
+    /// A frame whose ICRC is good (or was checked while its payload was `placed`).
+    fn dispatch(&mut self, now: Instant, frame: &[u8], repr: RoceRepr, range: core::ops::Range<usize>, placed: bool) {
         let payload = &frame[range];
         if repr.eth.dst_addr != EthernetAddress(self.cfg.mac) || !self.cfg.gids.contains(&repr.ip.dst_gid()) {
             self.counters.rcvd_not_for_us += 1;
@@ -157,17 +235,7 @@ impl<M: Memory> Device<M> {
                         }
                     }
                 } else {
-                    let req = responder::Request {
-                        opcode: repr.bth.opcode,
-                        psn: repr.bth.psn,
-                        ack_req: repr.bth.ack_req,
-                        solicited: repr.bth.solicited,
-                        reth: repr.ext.reth,
-                        atomic: repr.ext.atomic,
-                        immdt: repr.ext.immdt,
-                        ieth: repr.ext.ieth,
-                        payload,
-                    };
+                    let req = request_of(&repr, payload);
                     let mut ctx = RespCtx {
                         mem: &mut self.mem,
                         mrs: &mut self.mrs,
@@ -176,6 +244,7 @@ impl<M: Memory> Device<M> {
                         pd: q.init.pd,
                         ack_coalesce: self.cfg.ack_coalesce,
                         sr_window: self.cfg.sr_window,
+                        placed,
                     };
                     responder::handle_request(q, &req, &mut ctx, now, &mut fx);
                 }
@@ -221,4 +290,61 @@ impl<M: Memory> Device<M> {
         }
     }
 
+}
+
+/// Outcome of [`Device::rx_fused`].
+enum Fused {
+    /// Not a frame for the one-pass path: check the ICRC, then the pipeline as usual.
+    NotTaken,
+    /// Payload in place and ICRC good: run the pipeline without writing the payload again.
+    Placed,
+    /// ICRC bad: drop and count, QP untouched.
+    Rejected,
+}
+
+/// RC request opcodes that may carry their payload to a destination the QP's state gives.
+fn fusable(op: Opcode) -> bool {
+    use Opcode::*;
+    matches!(
+        op,
+        RcSendFirst | RcSendMiddle | RcSendLast | RcSendLastImm | RcSendLastInv | RcSendOnly | RcSendOnlyImm | RcSendOnlyInv | RcWriteMiddle | RcWriteLast
+    )
+}
+
+fn request_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> responder::Request<'a> {
+    responder::Request {
+        opcode: repr.bth.opcode,
+        psn: repr.bth.psn,
+        ack_req: repr.bth.ack_req,
+        solicited: repr.bth.solicited,
+        reth: repr.ext.reth,
+        atomic: repr.ext.atomic,
+        immdt: repr.ext.immdt,
+        ieth: repr.ext.ieth,
+        payload,
+    }
+}
+
+/// [`completer::scatter`] with [`Memory::write_crc`]: `data` into a scatter list from byte
+/// `offset`, continuing CRC `crc` over it.
+fn scatter_crc<M: Memory>(mem: &mut M, sges: &[Sge], mut offset: u64, mut data: &[u8], mut crc: u32) -> Result<u32, MemoryError> {
+    for sge in sges {
+        if data.is_empty() {
+            break;
+        }
+        let l = sge.length as u64;
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = ((l - offset) as usize).min(data.len());
+        crc = mem.write_crc(sge.addr + offset, &data[..n], crc)?;
+        data = &data[n..];
+        offset = 0;
+    }
+    if data.is_empty() {
+        Ok(crc)
+    } else {
+        Err(MemoryError)
+    }
 }

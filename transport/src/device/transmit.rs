@@ -10,6 +10,44 @@
 use super::*;
 use crate::rc::responder::Reply;
 
+/// Which frames a [`Device::poll_transmit_split`] call may produce: those of
+/// [`Device::poll_transmit`], [`Device::poll_transmit_data`] or
+/// [`Device::poll_transmit_after_rx`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxPass {
+    All,
+    DataOnly,
+    AfterRx,
+}
+
+/// A frame from [`Device::poll_transmit_split`]: `len` bytes written into the caller's
+/// buffer, and, when the payload was left in registered memory, where it is and what follows
+/// it. The frame on the wire is `buf[..len]`, then `payload.len` bytes at `payload.addr`,
+/// then `payload.trailer()`: byte for byte what [`Device::poll_transmit`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxFrame {
+    pub len: usize,
+    pub payload: Option<TxPayload>,
+}
+
+/// The payload of a split frame: `len` bytes of registered memory at `addr` (read again by a
+/// retransmission, like the copy path), then the pad and the ICRC, computed over the memory
+/// through [`Memory::crc32`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxPayload {
+    pub addr: u64,
+    pub len: usize,
+    trailer: [u8; 7],
+    trailer_len: u8,
+}
+
+impl TxPayload {
+    /// Pad (0-3 zero bytes) and ICRC: the frame's last segment.
+    pub fn trailer(&self) -> &[u8] {
+        &self.trailer[..self.trailer_len as usize]
+    }
+}
+
 impl<M: Memory> Device<M> {
     // ---------------------------------------------------------------- transmit
 
@@ -118,6 +156,27 @@ impl<M: Memory> Device<M> {
         }
     }
 
+    /// [`poll_transmit`](Self::poll_transmit) (or its `DataOnly` / `AfterRx` forms, `pass`)
+    /// for an embedder that can send a frame as a chain of segments: an RC data frame whose
+    /// payload is at least `min_payload` bytes of one contiguous range of registered memory
+    /// comes back with only its headers in `buf` and the payload as a [`TxPayload`] (address,
+    /// length, pad + ICRC), so that the payload is never copied by the transport; every
+    /// other frame is written whole, as by `poll_transmit`. UD sends are always written whole:
+    /// they complete as they leave, and the application may then reuse the buffer while a
+    /// NIC or a ring still holds the frame.
+    pub fn poll_transmit_split(&mut self, now: Instant, buf: &mut [u8], pass: TxPass, min_payload: usize) -> Option<TxFrame> {
+        self.split_min = min_payload.max(1);
+        self.split_out = None;
+        let r = match pass {
+            TxPass::All => self.poll_transmit(now, buf),
+            TxPass::DataOnly => self.poll_transmit_data(now, buf),
+            TxPass::AfterRx => self.poll_transmit_after_rx(now, buf),
+        };
+        self.split_min = usize::MAX;
+        let payload = self.split_out.take();
+        r.map(|len| TxFrame { len, payload })
+    }
+
     /// Turns the ACK-hold policy on or off ([`DeviceConfig::hold_acks`]).
     pub fn set_hold_acks(&mut self, on: bool) {
         self.cfg.hold_acks = on;
@@ -199,7 +258,9 @@ impl<M: Memory> Device<M> {
                 }
                 let (pkt, dest) = crate::ud::next_packet(q)?;
                 let (sport, pkey) = (q.udp_sport, q.pkey);
+                let split = core::mem::replace(&mut self.split_min, usize::MAX);
                 let n = self.emit(idx, &pkt, &dest.av, sport, pkey, buf);
+                self.split_min = split;
                 if paced {
                     self.paced_sent(idx, now, n);
                 }
@@ -299,6 +360,21 @@ impl<M: Memory> Device<M> {
         }
         let tp = tpl.emit(ident, transport_len, buf);
         let h = tp + wire::emit_transport(&bth, &pkt.ext, plen, &mut buf[tp..]);
+        if plen >= self.split_min {
+            if let Some(addr) = self.contiguous_payload(idx, &pkt.payload, plen) {
+                // The ICRC: masked headers in place, then the memory, then the pad.
+                let crc = icrc::compute_in_place(&mut buf[wire::eth::HEADER_LEN..h]).ok()?;
+                if let Ok(crc) = self.mem.crc32(addr, plen, crc) {
+                    let pad = wire::pad_len(plen);
+                    let crc = icrc::crc32_update(crc, &[0u8; 3][..pad]);
+                    let mut trailer = [0u8; 7];
+                    trailer[pad..pad + wire::icrc::ICRC_LEN].copy_from_slice(&crc.to_le_bytes());
+                    self.split_out = Some(TxPayload { addr, len: plen, trailer, trailer_len: (pad + wire::icrc::ICRC_LEN) as u8 });
+                    return Some(h);
+                }
+                // Memory the embedder cannot reach: the copy path below sends zeros, as ever.
+            }
+        }
         let out = &mut buf[h..h + plen];
         match pkt.payload {
             Payload::None => {}
@@ -324,6 +400,30 @@ impl<M: Memory> Device<M> {
             }
         }
         Some(wire::finish_frame(buf, plen))
+    }
+
+    /// The start of `plen` payload bytes when they are one contiguous range of memory: a READ
+    /// response, or a send WQE without inline data whose bytes lie in one SGE.
+    fn contiguous_payload(&self, idx: u32, payload: &Payload, plen: usize) -> Option<u64> {
+        match *payload {
+            Payload::None => None,
+            Payload::Memory { va, .. } => Some(va),
+            Payload::SendWqe { wqe, offset, .. } => {
+                let w = self.qps.get(idx)?.req.sq.get(wqe)?;
+                if w.inline.is_some() {
+                    return None;
+                }
+                let mut off = offset;
+                for sge in w.sges.as_slice() {
+                    let l = sge.length as u64;
+                    if off < l {
+                        return (off + plen as u64 <= l).then(|| sge.addr.wrapping_add(off));
+                    }
+                    off -= l;
+                }
+                None
+            }
+        }
     }
 
     /// Make sure the QP's header template is the one for `av` and `sport`: made (from the

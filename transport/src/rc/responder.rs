@@ -130,6 +130,55 @@ pub(crate) struct RespCtx<'a, M: Memory> {
     pub ack_coalesce: Duration,
     /// Selective repeat: PSNs past the expected one whose packets are kept.
     pub sr_window: u32,
+    /// The request's payload is already in memory, at the place [`placement`] named (the
+    /// receive path copied it while checking the ICRC): `execute` does not write it again.
+    pub placed: bool,
+}
+
+/// Where the payload of an in-sequence request goes, known from the QP's state alone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Placement<'a> {
+    /// Into a receive WQE's scatter list from byte `offset`.
+    Recv { sges: &'a [crate::verbs::Sge], offset: u64 },
+    /// Into the WRITE in progress, at `va`.
+    Write { va: u64 },
+}
+
+/// The destination of `r`'s payload if the whole check pipeline would accept `r` and the
+/// destination does not come from the packet itself: an in-sequence SEND (First/Only into a
+/// receive WQE the QP already holds or the head of its own receive queue) or a WRITE Middle or
+/// Last, with valid opcode sequence and lengths. `None` for everything else (duplicates,
+/// gaps, RETH-addressed WRITE First/Only, SRQ receives not yet taken, a check that fails),
+/// which takes the check-then-copy path. Pure: changes nothing.
+pub(crate) fn placement<'q>(qp: &'q Qp, r: &Request<'_>) -> Option<Placement<'q>> {
+    if r.payload.is_empty() || r.psn != qp.resp.epsn {
+        return None;
+    }
+    check_op_seq(qp, r).ok()?;
+    check_op_valid(qp, r).ok()?;
+    let n = r.payload.len() as u64;
+    let info = r.opcode.info();
+    let mtu = qp.mtu() as u64;
+    let len_ok = if info.is_first() || info.is_middle() { n == mtu } else { n <= mtu };
+    if !len_ok {
+        return None;
+    }
+    if is_send(r.opcode) {
+        let (wqe, offset) = match &qp.resp.recv {
+            Some(c) => (&c.wqe, c.offset),
+            None if starts(r.opcode) && qp.init.srq.is_none() => (qp.rq.front()?, 0),
+            None => return None,
+        };
+        (offset + n <= wqe.len).then_some(Placement::Recv { sges: wqe.sges.as_slice(), offset })
+    } else if is_write(r.opcode) && !starts(r.opcode) {
+        let w = qp.resp.write?;
+        let after = w.done + n;
+        let ok = after <= w.total && (!ends(r.opcode) || after == w.total);
+        // WRITE Last with Immediate needs a receive WQE too: leave it to the full pipeline.
+        (ok && r.opcode != Opcode::RcWriteLastImm).then_some(Placement::Write { va: w.va.wrapping_add(w.done) })
+    } else {
+        None
+    }
 }
 
 type Check<T> = Result<T, Action>;
@@ -329,7 +378,9 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
     let mut npkts = 1;
     if is_send(r.opcode) {
         let rcv = qp.resp.recv.as_mut().ok_or(op_err)?;
-        super::completer::scatter(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload).map_err(|_| op_err)?;
+        if !ctx.placed {
+            super::completer::scatter(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload).map_err(|_| op_err)?;
+        }
         rcv.offset += r.payload.len() as u64;
         if ends(r.opcode) {
             let rcv = qp.resp.recv.take().ok_or(op_err)?;
@@ -362,7 +413,7 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
             qp.resp.write = Some(WriteCtx { va: reth.va, total: reth.len as u64, done: 0 });
         }
         let w = qp.resp.write.as_mut().ok_or(op_err)?;
-        if !r.payload.is_empty() {
+        if !r.payload.is_empty() && !ctx.placed {
             ctx.mem.write(w.va.wrapping_add(w.done), r.payload).map_err(|_| op_err)?;
         }
         w.done += r.payload.len() as u64;
@@ -459,6 +510,7 @@ pub(crate) fn handle_request<M: Memory>(
     fx: &mut Effects,
 ) {
     respond(qp, r, ctx, now, fx);
+    ctx.placed = false;
     if !qp.resp.ooo.is_empty() {
         drain_held(qp, ctx, now, fx);
     }

@@ -13,7 +13,8 @@ use crate::types::{Gid, Psn, QKey};
 use crate::verbs::{AccessFlags, AddressVector, CqHandle, MemoryRegion, PdHandle, UdDest, WorkCompletion};
 use crate::neigh::{NeighConfig, Neighbours, Route, MAX_CONTROL_FRAME};
 use crate::wire::{classify, EtherType, EthernetAddress, EthernetFrame, EthernetRepr, FrameKind, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
-use crate::{Device, DeviceConfig, VecMemory};
+use crate::device::TxPass;
+use crate::{Device, DeviceConfig, Memory, VecMemory};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -174,6 +175,11 @@ pub struct Pair {
     /// Called for every frame put on the link (`to_b`, frame); returning true drops it.
     /// Lets tests lose one chosen packet.
     pub filter: Option<FrameFilter>,
+    /// Take frames with [`Device::poll_transmit_split`] (payloads of at least this many
+    /// bytes left in memory) and put them on the link linearised, as a NIC gathers a chain.
+    pub split_min: Option<usize>,
+    /// Frames sent split (headers, memory, trailer).
+    pub split_frames: u64,
     wire: Wire,
     buf: Vec<u8>,
 }
@@ -254,7 +260,19 @@ impl Pair {
         let a = Node::with_config(1, mem_len, DeviceConfig { seed: seed ^ 0xa, ..cfg.clone() });
         let b = Node::with_config(2, mem_len, DeviceConfig { seed: seed ^ 0xb, ..cfg });
         let buf = vec![0u8; a.dev.max_frame_len()];
-        Pair { a, b, now: Instant(0), link, link_up: true, stats: LinkStats::default(), filter: None, wire: Wire::new(seed), buf }
+        Pair {
+            a,
+            b,
+            now: Instant(0),
+            link,
+            link_up: true,
+            stats: LinkStats::default(),
+            filter: None,
+            split_min: None,
+            split_frames: 0,
+            wire: Wire::new(seed),
+            buf,
+        }
     }
 
     /// Create and connect an RC QP on each node (RESET -> INIT -> RTR -> RTS).
@@ -309,7 +327,22 @@ impl Pair {
         for to_b in [true, false] {
             loop {
                 let dev = if to_b { &mut self.a.dev } else { &mut self.b.dev };
-                let Some(n) = dev.poll_transmit(self.now, &mut buf) else { break };
+                let n = match self.split_min {
+                    None => dev.poll_transmit(self.now, &mut buf),
+                    Some(min) => dev.poll_transmit_split(self.now, &mut buf, TxPass::All, min).map(|f| match f.payload {
+                        None => f.len,
+                        Some(p) => {
+                            self.split_frames += 1;
+                            let end = f.len + p.len;
+                            if dev.memory().read(p.addr, &mut buf[f.len..end]).is_err() {
+                                buf[f.len..end].fill(0);
+                            }
+                            buf[end..end + p.trailer().len()].copy_from_slice(p.trailer());
+                            end + p.trailer().len()
+                        }
+                    }),
+                };
+                let Some(n) = n else { break };
                 // Address vectors may leave the MAC to the link layer (the CM's do): this
                 // link has one neighbour, the other node.
                 let mut eth = EthernetFrame::new_unchecked(&mut buf[..n]);

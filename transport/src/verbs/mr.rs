@@ -52,6 +52,9 @@ pub enum RegMrError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeregMrError {
     InvalidMr,
+    /// Frames that point into the region are still held by the driver (zero-copy transmit):
+    /// the region stays registered; try again once they have left.
+    InUse,
 }
 
 /// A registered memory region.
