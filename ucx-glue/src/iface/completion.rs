@@ -61,10 +61,12 @@ impl Iface {
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
         // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. A short
         // sleep, not a yield: a thread that never sleeps can be left unrun for seconds
-        // ([`IDLE_SLEEP`]), and then it acknowledges nothing.
+        // ([`IDLE_SLEEP`]), and then it acknowledges nothing; for that reason a poller busy
+        // for [`BUSY_SLEEP_EVERY`] sleeps as well.
         let mut yield_now = false;
         if busy || out.count > 0 {
             g.idle = 0;
+            yield_now = busy_too_long();
         } else {
             g.idle = g.idle.saturating_add(1);
             if g.idle > idle_yield() {
@@ -79,7 +81,7 @@ impl Iface {
         }
         drop(g);
         if yield_now {
-            std::thread::sleep(IDLE_SLEEP);
+            poller_sleep();
         }
         out
     }
