@@ -61,12 +61,10 @@ impl Iface {
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
         // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. A short
         // sleep, not a yield: a thread that never sleeps can be left unrun for seconds
-        // ([`IDLE_SLEEP`]), and then it acknowledges nothing; for that reason a poller busy
-        // for [`BUSY_SLEEP_EVERY`] sleeps as well.
+        // ([`IDLE_SLEEP`]), and then it acknowledges nothing.
         let mut yield_now = false;
         if busy || out.count > 0 {
             g.idle = 0;
-            yield_now = busy_too_long();
         } else {
             g.idle = g.idle.saturating_add(1);
             if g.idle > idle_yield() {
@@ -81,7 +79,7 @@ impl Iface {
         }
         drop(g);
         if yield_now {
-            poller_sleep();
+            std::thread::sleep(IDLE_SLEEP);
         }
         out
     }

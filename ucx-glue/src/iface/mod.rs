@@ -67,49 +67,6 @@ const IDLE_YIELD: u32 = 64;
 /// machine and load: yield every 64 rounds, longest stall 3.4 s; sleep 1 us every 64 rounds,
 /// 0.12 s. A thread that sleeps is placed again on waking, so it keeps its share of the CPU.
 const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_micros(1);
-/// A poller that kept finding work sleeps [`IDLE_SLEEP`] once it ran this long without a
-/// sleep: a rank busy for seconds (streaming, a collective with every peer) is left unrun like
-/// a spinning one. Same machine and load: a spinner stalled 5.2 s, one that slept every 10 ms
-/// 2.4 s, every 1 ms 0.12 s. It costs at most one sleep (~55 us) per millisecond of work.
-const BUSY_SLEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
-/// Progress calls between two clock reads for [`BUSY_SLEEP_EVERY`].
-const BUSY_CLOCK_EVERY: u32 = 16;
-
-thread_local! {
-    /// This thread's last sleep and its progress calls since the last clock read (both
-    /// interfaces of a worker are progressed by the same thread, one clock for both).
-    static LAST_SLEEP: std::cell::Cell<(Option<std::time::Instant>, u32)> = const { std::cell::Cell::new((None, 0)) };
-}
-
-/// Whether the calling thread ran [`BUSY_SLEEP_EVERY`] since its last sleep (reads the clock
-/// every [`BUSY_CLOCK_EVERY`] calls only).
-fn busy_too_long() -> bool {
-    LAST_SLEEP.with(|c| {
-        let (last, n) = c.get();
-        if n + 1 < BUSY_CLOCK_EVERY {
-            c.set((last, n + 1));
-            return false;
-        }
-        let now = std::time::Instant::now();
-        match last {
-            Some(t) if now.duration_since(t) >= BUSY_SLEEP_EVERY => true,
-            Some(t) => {
-                c.set((Some(t), 0));
-                false
-            }
-            None => {
-                c.set((Some(now), 0));
-                false
-            }
-        }
-    })
-}
-
-/// The calling thread gives up its CPU for [`IDLE_SLEEP`].
-fn poller_sleep() {
-    std::thread::sleep(IDLE_SLEEP);
-    LAST_SLEEP.with(|c| c.set((Some(std::time::Instant::now()), 0)));
-}
 
 fn idle_yield() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -577,23 +534,6 @@ pub fn shared_pd(host: &mut Runtime) -> PdHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_busy_poller_sleeps_after_a_millisecond_without_sleep() {
-        let t0 = std::time::Instant::now();
-        // the first clock read only starts the count
-        assert!((0..BUSY_CLOCK_EVERY).all(|_| !busy_too_long()));
-        let mut calls = 0u32;
-        while !busy_too_long() {
-            calls += 1;
-            assert!(t0.elapsed() < std::time::Duration::from_secs(5), "never asked for a sleep");
-        }
-        assert!(t0.elapsed() >= BUSY_SLEEP_EVERY, "asked after {:?}", t0.elapsed());
-        assert!(calls >= BUSY_CLOCK_EVERY - 1, "the clock is read every {BUSY_CLOCK_EVERY} calls");
-        // a sleep starts the next millisecond
-        poller_sleep();
-        assert!((0..BUSY_CLOCK_EVERY * 4).all(|_| !busy_too_long()));
-    }
 
     #[test]
     fn ud_segments_are_capped_at_the_path_mtu() {
