@@ -197,6 +197,9 @@ pub struct Sender<T> {
     retx_at: Option<Instant>,
     /// Since when the endpoint waits for an acknowledgement that makes progress.
     waiting_since: Option<Instant>,
+    /// The previous timer check while waiting: a longer gap than a retransmission period
+    /// since it is time this sender did not run, which does not count against the peer.
+    last_check: Option<Instant>,
     /// Acknowledgements in a row that repeated the last one.
     dup_acks: u8,
     /// A fast retransmission is due at the next check.
@@ -217,6 +220,7 @@ impl<T: Copy + PartialEq> Sender<T> {
             unacked: 0,
             retx_at: None,
             waiting_since: None,
+            last_check: None,
             dup_acks: 0,
             fast_due: false,
             fast_done: false,
@@ -391,12 +395,23 @@ impl<T: Copy + PartialEq> Sender<T> {
     /// A timer check at `now`. The first check that sees unacknowledged datagrams arms the
     /// timer; a due timer (or a due fast retransmission) puts the unacknowledged datagrams with
     /// no copy in the send queue into `out` to send again, or fails the endpoint when nothing
-    /// was acknowledged for [`Config::fail_after`].
+    /// was acknowledged for [`Config::fail_after`] of checks. A gap between two checks longer
+    /// than [`Config::retransmit_timeout`] is left out of that time: the sender's own thread
+    /// did not run (descheduled on a loaded machine, or the application away from progress), so
+    /// it neither sent again nor read the acknowledgements waiting for it, and the peer had no
+    /// chance to answer. Coming back, it sends again first.
     pub fn handle_timeout(&mut self, now: Instant, out: &mut Vec<T>) -> TimerAction {
         if !self.needs_timer() {
             return TimerAction::Idle;
         }
         let fast = core::mem::take(&mut self.fast_due);
+        if let (Some(prev), Some(since)) = (self.last_check, self.waiting_since.as_mut()) {
+            let gap = now - prev;
+            if gap > self.cfg.retransmit_timeout {
+                *since = *since + Duration::from_nanos(gap.as_nanos() - self.cfg.retransmit_timeout.as_nanos());
+            }
+        }
+        self.last_check = Some(now);
         let since = *self.waiting_since.get_or_insert(now);
         if self.retx_at.is_none() && !fast {
             self.retx_at = Some(now + self.cfg.retransmit_timeout);
@@ -720,6 +735,48 @@ mod tests {
         assert!(s.is_failed() && !s.needs_timer());
         assert!(s.on_sent(2));
         assert_eq!(s.push(3), Ok(Seq(2)), "no longer counted against the window");
+    }
+
+    #[test]
+    fn time_the_sender_did_not_run_does_not_count_against_the_peer() {
+        let mut s = sender();
+        let mut out = Vec::new();
+        s.push(1).unwrap();
+        s.on_sent(1);
+        assert_eq!(s.handle_timeout(Instant(0), &mut out), TimerAction::Idle, "armed");
+        assert_eq!(s.handle_timeout(Instant(5 * MS), &mut out), TimerAction::Retransmit);
+        s.requeued(1);
+        s.on_sent(1);
+        // the sender's thread does not run for 10 s (far past fail_after, 40 ms): back, it
+        // sends again rather than giving up before the peer had a chance to answer
+        out.clear();
+        let back = 10_000 * MS;
+        assert_eq!(s.handle_timeout(Instant(back), &mut out), TimerAction::Retransmit);
+        assert_eq!(out, [1]);
+        s.requeued(1);
+        s.on_sent(1);
+        // an acknowledgement that came meanwhile is progress as usual
+        let mut probe = s.clone();
+        let mut done = Vec::new();
+        probe.on_ack(Seq(0), &mut done);
+        assert_eq!(done, [1]);
+        // still no answer while it runs: it fails after fail_after of checks, counted from the
+        // wait's start less the 10 s away
+        let mut t = back;
+        let action = loop {
+            t += MS;
+            out.clear();
+            let a = s.handle_timeout(Instant(t), &mut out);
+            for &tok in &out {
+                s.requeued(tok);
+                s.on_sent(tok);
+            }
+            if a == TimerAction::Fail || t > back + 100 * MS {
+                break a;
+            }
+        };
+        assert_eq!(action, TimerAction::Fail);
+        assert!((back + 30 * MS..back + 45 * MS).contains(&t), "gave up {} ms after coming back", (t - back) / MS);
     }
 
     #[test]

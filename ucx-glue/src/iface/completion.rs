@@ -59,7 +59,9 @@ impl Iface {
         out.pending = !g.pending_rr.is_empty();
         // A long idle spell: let another runnable thread have this CPU. Both ends of a pair
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
-        // sends the reply or the ACK) otherwise waits for the scheduler's timeslice.
+        // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. A short
+        // sleep, not a yield: a thread that never sleeps can be left unrun for seconds
+        // ([`IDLE_SLEEP`]), and then it acknowledges nothing.
         let mut yield_now = false;
         if busy || out.count > 0 {
             g.idle = 0;
@@ -77,7 +79,7 @@ impl Iface {
         }
         drop(g);
         if yield_now {
-            std::thread::yield_now();
+            std::thread::sleep(IDLE_SLEEP);
         }
         out
     }

@@ -55,9 +55,18 @@ pub const MAX_IOV: usize = 8;
 const MAX_RDMA: usize = 1 << 30;
 /// Completions handled per progress call.
 const POLL_BUDGET: usize = 64;
-/// Idle progress calls in a row after which the thread yields its CPU once (default of
-/// `DROCE_UCX_IDLE_YIELD`; 0 there: never yield).
+/// Idle progress calls in a row after which the thread gives up its CPU once, for
+/// [`IDLE_SLEEP`] (default of `DROCE_UCX_IDLE_YIELD`; 0 there: never).
 const IDLE_YIELD: u32 = 64;
+/// How an idle poller gives up its CPU: a sleep this long (the kernel's timer slack makes it
+/// about 50-60 us), not `sched_yield`. On a machine with more busy pollers than CPUs the EEVDF
+/// scheduler (Linux 6.6 on) left a thread that only ever spins or yields runnable but unrun for
+/// seconds: four debug-build MPI ranks on two loaded CPUs saw a rank's progress stop for up to
+/// 4.3 s with its scheduler counters frozen, and its peers gave it up as dead (droce_ud: no
+/// acknowledgement for 4 s; droce_rc: retries exhausted). A standalone poller on the same
+/// machine and load: yield every 64 rounds, longest stall 3.4 s; sleep 1 us every 64 rounds,
+/// 0.12 s. A thread that sleeps is placed again on waking, so it keeps its share of the CPU.
+const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_micros(1);
 
 fn idle_yield() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
