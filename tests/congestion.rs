@@ -7,133 +7,20 @@
 //! SIGTERM (by PID) once both pairs are done, and prints its statistics on the way out. A
 //! pcap replay checks the marks and the pacing frame by frame.
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
-use harness::{is_root, serial};
+use harness::pmd::{Done, Pmd};
+use harness::{args as v, free_port, serial, unique};
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_droce-pmd");
-static SEQ: AtomicU32 = AtomicU32::new(0);
 /// Most any one process may take before the test kills it.
 const DEADLINE: Duration = Duration::from_secs(90);
 
-fn unique(tag: &str) -> String {
-    format!("droce-cg{}-{}-{}", std::process::id(), tag, SEQ.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A TCP port for one perftest pair, unlikely to collide with parallel test binaries.
-fn tcp_port() -> u16 {
-    20000 + ((std::process::id() * 11 + SEQ.fetch_add(1, Ordering::Relaxed) * 17) % 30000) as u16
-}
-
-fn runtime_dir(prefix: &str) -> PathBuf {
-    if is_root() {
-        PathBuf::from("/var/run/dpdk").join(prefix)
-    } else {
-        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".into())).join("dpdk").join(prefix)
-    }
-}
-
-fn v(s: &str) -> Vec<String> {
-    s.split_whitespace().map(String::from).collect()
-}
-
-struct Proc {
-    child: Child,
-    prefix: String,
-    started: Instant,
-    out: Arc<Mutex<String>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
-}
-
-#[derive(Debug)]
-struct Done {
-    code: Option<i32>,
-    signal: Option<i32>,
-    out: String,
-}
-
-impl Proc {
-    fn spawn(lcore: u32, vdevs: &[String], app: &[String]) -> Proc {
-        let prefix = unique("p");
-        let mut cmd = Command::new(BIN);
-        cmd.args(["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"]);
-        cmd.arg(format!("-l{lcore}")).arg(format!("--file-prefix={prefix}"));
-        for d in vdevs {
-            cmd.arg(format!("--vdev={d}"));
-        }
-        cmd.arg("--").args(app).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn droce-pmd");
-        let out = Arc::new(Mutex::new(String::new()));
-        let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
-        let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
-        let readers = vec![harness::collect_lines(so, out.clone()), harness::collect_lines(se, out.clone())];
-        Proc { child, prefix, started: Instant::now(), out, readers }
-    }
-
-    fn output(&self) -> String {
-        self.out.lock().unwrap().clone()
-    }
-
-    fn wait_for(&self, text: &str, limit: Duration) -> bool {
-        let t0 = Instant::now();
-        while t0.elapsed() < limit {
-            if self.output().contains(text) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    /// Asks our own child, by PID, to stop (a batch run prints its statistics on SIGTERM).
-    fn terminate(&self) {
-        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped yet.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-
-    fn finish(mut self) -> Done {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => break Ok(s),
-                Ok(None) if self.started.elapsed() > DEADLINE => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break Err(());
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                Err(_) => break Err(()),
-            }
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
-        let out = self.output();
-        match code {
-            Ok(s) => Done { code: s.code(), signal: std::os::unix::process::ExitStatusExt::signal(&s), out },
-            Err(()) => Done { code: None, signal: None, out: format!("{out}\n[test harness: killed at the deadline]\n") },
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
-    }
+/// droce-pmd on `lcore` with `vdevs`.
+fn spawn(lcore: u32, vdevs: &[String], app: &[String]) -> Pmd {
+    Pmd::spawn(None, lcore, vdevs, app, DEADLINE)
 }
 
 /// A directory for the four memif sockets of one run.
@@ -189,17 +76,17 @@ fn two_pairs_through_switch(switch_args: &str, test: &str) -> Run {
     let _g = serial();
     let socks = Sockets::new();
     let vdevs: Vec<String> = (0..4).map(|l| socks.vdev(l, true)).collect();
-    let sw = Proc::spawn(0, &vdevs, &v(&format!("--forward-mode=switch --auto-start --run-time=120 {switch_args}")));
+    let sw = spawn(0, &vdevs, &v(&format!("--forward-mode=switch --auto-start --run-time=120 {switch_args}")));
     assert!(socks.wait_all(4), "the switch never created its memif sockets:\n{}", sw.output());
     // -u 17: the ACK timeout (0.54 s) rides out scheduling stalls of five busy-polling processes
     // on a small machine; a frame the bottleneck drops is recovered by a NAK before that.
     const LINKS: [(usize, usize); 2] = [(0, 1), (2, 3)]; // (client link, server link) per pair
-    let ports: Vec<u16> = LINKS.iter().map(|_| tcp_port()).collect();
+    let ports: Vec<u16> = LINKS.iter().map(|_| free_port()).collect();
     let common = |pair: usize| format!("{test} -p {} --timeout 30 -u 17", ports[pair]);
-    let servers: Vec<Proc> = LINKS
+    let servers: Vec<Pmd> = LINKS
         .iter()
         .enumerate()
-        .map(|(pair, &(_, sv))| Proc::spawn(1, &[socks.vdev(sv, false)], &v(&format!("{} --ip 10.77.{pair}.1", common(pair)))))
+        .map(|(pair, &(_, sv))| spawn(1, &[socks.vdev(sv, false)], &v(&format!("{} --ip 10.77.{pair}.1", common(pair)))))
         .collect();
     // the clients connect once their servers listen on TCP
     for (s, &port) in servers.iter().zip(&ports) {
@@ -209,10 +96,10 @@ fn two_pairs_through_switch(switch_args: &str, test: &str) -> Run {
         }
         assert!(harness::tcp_listening(port), "server never listened on TCP {port}:\n{}", s.output());
     }
-    let clients: Vec<Proc> = LINKS
+    let clients: Vec<Pmd> = LINKS
         .iter()
         .enumerate()
-        .map(|(pair, &(cl, _))| Proc::spawn(0, &[socks.vdev(cl, false)], &v(&format!("{} --ip 10.77.{pair}.2 127.0.0.1", common(pair)))))
+        .map(|(pair, &(cl, _))| spawn(0, &[socks.vdev(cl, false)], &v(&format!("{} --ip 10.77.{pair}.2 127.0.0.1", common(pair)))))
         .collect();
     let mut pairs = Vec::new();
     for (s, c) in servers.into_iter().zip(clients) {
@@ -231,16 +118,7 @@ fn two_pairs_through_switch(switch_args: &str, test: &str) -> Run {
 
 /// `name: value` pairs of a statistics line, summed over every occurrence in `out`.
 fn counter(out: &str, name: &str) -> u64 {
-    let mut total = 0;
-    for line in out.lines() {
-        let mut it = line.split_whitespace();
-        while let Some(t) = it.next() {
-            if t == format!("{name}:") {
-                total += it.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            }
-        }
-    }
-    total
+    harness::counter(out, name).0
 }
 
 fn assert_pairs_verified(run: &Run) {
@@ -392,7 +270,7 @@ fn bad_bottleneck_arguments_are_named() {
         ("--forward-mode=switch --bottleneck=rate=1x", "bottleneck 'rate': '1x' is not a rate"),
         ("--forward-mode=switch --bottleneck-scope=port", "--bottleneck-scope needs --bottleneck=SPEC"),
     ] {
-        let d = Proc::spawn(0, &[socks.vdev(0, true)], &v(args)).finish();
+        let d = spawn(0, &[socks.vdev(0, true)], &v(args)).finish();
         assert_eq!(d.code, Some(2), "{args}: {}", d.out);
         assert!(d.out.contains(want), "{args}: {}", d.out);
         assert_eq!(d.out.lines().count(), 1, "{args}: one line, before EAL starts:\n{}", d.out);
@@ -468,7 +346,7 @@ fn the_bottleneck_marks_ect_frames_in_place_and_paces_them() {
         format!("net_pcap0,rx_pcap={},tx_pcap={}", input.display(), out0.display()),
         format!("net_pcap1,tx_pcap={}", out1.display()),
     ];
-    let d = Proc::spawn(0, &vdevs, &v("--forward-mode=switch --bottleneck=rate=100m,queue=64k,kmin=8k,kmax=32k --run-time=1")).finish();
+    let d = spawn(0, &vdevs, &v("--forward-mode=switch --bottleneck=rate=100m,queue=64k,kmin=8k,kmax=32k --run-time=1")).finish();
     assert_eq!((d.code, d.signal), (Some(0), None), "{}", d.out);
     let (offered, dropped, marked, deq, bytes) = bottleneck(&d.out, "port 1");
     assert_eq!(offered, 200, "{}", d.out);

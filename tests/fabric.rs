@@ -3,7 +3,7 @@
 //! and `fi_pingpong` runs between two processes over msg, dgram and rdm with data checks (-c).
 //!
 //! The provider is `libdroce_fi.so`, built by `cargo build -p droce-fi` into this test's target
-//! directory (tests/mpi/harness.rs: `fi_provider_dir`; `DROCE_FI_PROVIDER_DIR` overrides).
+//! directory (tests/harness/mod.rs: `fi_provider_dir`; `DROCE_FI_PROVIDER_DIR` overrides).
 //! Each process gets `FI_PROVIDER_PATH=<that dir>`, `FI_PROVIDER=droce` and a `DROCE_LINK` of
 //! its own pair (the zero-config memif wire, named so that concurrent pairs on the machine
 //! cannot meet); nothing else, except `FI_LOG_LEVEL=info FI_LOG_PROV=ofi_rxm` on rdm runs, whose
@@ -16,7 +16,6 @@
 //! Every process is bounded (DEADLINE) and killed by its process group at the deadline; a
 //! failure shows the command lines and the output of both processes.
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
 use harness::*;

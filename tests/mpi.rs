@@ -20,7 +20,6 @@
 //! Every job is bounded (JOB_DEADLINE, plus the program's own watchdog) and killed by its
 //! process group at the deadline; a failure shows the command and the whole job output.
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
 use harness::*;

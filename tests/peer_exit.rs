@@ -6,7 +6,6 @@
 //! STRESS_RUNS sets the runs per scenario (default 3: 5 combinations of victim and signal are
 //! rotated, so 3 runs cover server/client x KILL plus one TERM).
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
 use harness::*;

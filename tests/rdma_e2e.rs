@@ -7,148 +7,22 @@
 //! Every child is bounded by a deadline and killed by its PID; runs are serialised (each
 //! process busy-polls, the CI machine has few cores) and each is a second or two.
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
-use harness::{is_root, serial};
+use harness::pmd::{Done, Pmd};
+use harness::{args as v, free_port, is_root, serial, unique};
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_droce-pmd");
-static SEQ: AtomicU32 = AtomicU32::new(0);
 /// Most a single droce-pmd run may take before the test kills it.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-fn unique(tag: &str) -> String {
-    format!("droce-rt{}-{}-{}", std::process::id(), tag, SEQ.fetch_add(1, Ordering::Relaxed))
-}
-
-/// A TCP port for one server/client pair, unlikely to collide with parallel test binaries.
-fn tcp_port() -> u16 {
-    20000 + ((std::process::id() * 7 + SEQ.fetch_add(1, Ordering::Relaxed) * 13) % 30000) as u16
-}
-
-
-fn runtime_dir(prefix: &str) -> PathBuf {
-    if is_root() {
-        PathBuf::from("/var/run/dpdk").join(prefix)
-    } else {
-        PathBuf::from(std::env::var("XDG_RUNTIME_DIR").unwrap_or_else(|_| "/tmp".into())).join("dpdk").join(prefix)
-    }
-}
-
-/// A running droce-pmd child whose output is collected by reader threads.
-struct Proc {
-    child: Child,
-    prefix: String,
-    started: Instant,
-    out: Arc<Mutex<String>>,
-    readers: Vec<std::thread::JoinHandle<()>>,
-}
-
-#[derive(Debug)]
-struct Done {
-    code: Option<i32>,
-    out: String,
-}
-
-impl Proc {
-    fn spawn(netns: Option<&str>, lcore: u32, vdev: &str, app: &[String]) -> Proc {
-        let prefix = unique("p");
-        let mut eal: Vec<String> = ["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        eal.push(format!("-l{lcore}"));
-        eal.push(format!("--file-prefix={prefix}"));
-        eal.push(format!("--vdev={vdev}"));
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, BIN]);
-                c
-            }
-            None => Command::new(BIN),
-        };
-        cmd.args(&eal).arg("--").args(app).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn droce-pmd");
-        let out = Arc::new(Mutex::new(String::new()));
-        let mut readers = Vec::new();
-        let so: Box<dyn Read + Send> = Box::new(child.stdout.take().unwrap());
-        let se: Box<dyn Read + Send> = Box::new(child.stderr.take().unwrap());
-        for r in [so, se] {
-            readers.push(harness::collect_lines(r, out.clone()));
-        }
-        Proc { child, prefix, started: Instant::now(), out, readers }
-    }
-
-    fn output(&self) -> String {
-        self.out.lock().unwrap().clone()
-    }
-
-    fn wait_for(&self, text: &str, limit: Duration) -> bool {
-        let t0 = Instant::now();
-        while t0.elapsed() < limit {
-            if self.output().contains(text) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    fn kill(&mut self) {
-        // our own child, by PID
-        let _ = self.child.kill();
-    }
-
-    /// Waits for the exit (killing the child at the deadline).
-    fn finish(mut self) -> Done {
-        let mut signal = None;
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(s)) => {
-                    signal = std::os::unix::process::ExitStatusExt::signal(&s);
-                    break s.code();
-                }
-                Ok(None) if self.started.elapsed() > DEADLINE => {
-                    self.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                Err(_) => break None,
-            }
-        };
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
-        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
-        let mut out = self.output();
-        if let Some(sig) = signal {
-            out.push_str(&format!("\n[test harness: process killed by signal {sig}]\n"));
-        }
-        Done { code, out }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_dir_all(runtime_dir(&self.prefix));
-    }
-}
-
-fn v(s: &str) -> Vec<String> {
-    s.split_whitespace().map(String::from).collect()
+/// droce-pmd on `lcore` with one vdev, in `netns` when given.
+fn spawn(netns: Option<&str>, lcore: u32, vdev: &str, app: &[String]) -> Pmd {
+    Pmd::spawn(netns, lcore, &[vdev.to_string()], app, DEADLINE)
 }
 
 /// A memif wire between two processes: the server creates the socket.
@@ -186,7 +60,7 @@ impl Drop for Memif {
 fn pair_with(args: &str, server_extra: &str, client_extra: &str) -> (Done, Done) {
     let _g = serial();
     let m = Memif::new();
-    let port = tcp_port();
+    let port = free_port();
     // A peer that is not scheduled for 8 ACK timeouts in a row ends the other side in
     // RETRY_EXC_ERR. At the default (14: 67 ms x 8 = 0.54 s) a loaded 2-core CI host did that:
     // without faults (the peer's frames waited in the ring), and once with --faults (write_lat,
@@ -194,9 +68,9 @@ fn pair_with(args: &str, server_extra: &str, client_extra: &str) -> (Done, Done)
     // `-u 17` (0.54 s x 8 = 4.3 s) rides such stalls out; injected losses are still recovered by
     // NAKs and timeouts (the tests assert retransmissions), each timeout 0.54 s.
     let common = format!("{args} -p {port} --timeout 15 -u 17");
-    let s = Proc::spawn(None, 0, &m.vdev(true), &v(&format!("{common} {server_extra}")));
+    let s = spawn(None, 0, &m.vdev(true), &v(&format!("{common} {server_extra}")));
     m.wait_server();
-    let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} {client_extra} 127.0.0.1")));
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} {client_extra} 127.0.0.1")));
     let c = c.finish();
     let s = s.finish();
     (s, c)
@@ -218,16 +92,7 @@ fn ok(args: &str) -> (Done, Done) {
 
 /// `name: value` from the RoCE statistics block (summed over every block in `out`).
 fn counter(out: &str, name: &str) -> u64 {
-    let mut total = 0;
-    for line in out.lines() {
-        let mut it = line.split_whitespace();
-        while let Some(t) = it.next() {
-            if t == format!("{name}:") {
-                total += it.next().and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
-            }
-        }
-    }
-    total
+    harness::counter(out, name).0
 }
 
 fn assert_perftest_look(out: &str, title: &str, lat: bool) {
@@ -377,11 +242,11 @@ fn peer_vanishing_mid_test_fails_cleanly() {
     let _g = serial();
     for args in ["--test=write_bw -s 4096 -n 10000000", "--test=send_lat -s 64 -n 100000000", "--test=rc_pingpong -s 64 -n 100000000"] {
         let m = Memif::new();
-        let port = tcp_port();
+        let port = free_port();
         let common = format!("{args} -p {port} --timeout 3");
-        let mut s = Proc::spawn(None, 0, &m.vdev(true), &v(&common));
+        let mut s = spawn(None, 0, &m.vdev(true), &v(&common));
         m.wait_server();
-        let c = Proc::spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+        let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
         assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
         std::thread::sleep(Duration::from_millis(300));
         s.kill();
@@ -422,15 +287,56 @@ fn a_line_written_in_pieces_is_not_cut_by_the_other_stream() {
     assert!(out.contains("header line\n") && out.ends_with("tail without newline"), "{out:?}");
 }
 
+/// The child half of `concurrent_test_processes_get_different_ports`: reserves ports, prints
+/// them, and keeps them until the parent says so (or 20 s pass).
+#[test]
+fn port_reservation_child() {
+    let Ok(release) = std::env::var("DROCE_TEST_PORT_CHILD") else { return };
+    let ports: Vec<String> = (0..20).map(|_| free_port().to_string()).collect();
+    println!("ports: {}", ports.join(" "));
+    let t0 = Instant::now();
+    while !std::path::Path::new(&release).exists() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn concurrent_test_processes_get_different_ports() {
+    // two processes of this test binary search the ports in the same order at the same time:
+    // only the reservation keeps them apart
+    let release = std::env::temp_dir().join(unique("ports-release"));
+    let exe = std::env::current_exe().unwrap().display().to_string();
+    let cmd = v(&format!("{exe} --exact port_reservation_child --nocapture --test-threads=1"));
+    let env = harness::env(&[("DROCE_TEST_PORT_CHILD", &release.display().to_string()), ("DROCE_TEST_PORT_START", "4242")]);
+    let kids: Vec<harness::Proc> = (0..2).map(|i| harness::Proc::spawn(&format!("child {i}"), &cmd, &env, Duration::from_secs(30))).collect();
+    let t0 = Instant::now();
+    while !kids.iter().all(|k| k.output().contains("ports: ")) && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&release, b"").unwrap();
+    let done: Vec<harness::Done> = kids.into_iter().map(|k| k.finish()).collect();
+    let _ = std::fs::remove_file(&release);
+    let mut seen = std::collections::HashSet::new();
+    for d in &done {
+        assert!(d.ok(), "{}", d.show());
+        let line = d.out.lines().find_map(|l| l.split_once("ports: ").map(|(_, r)| r)).unwrap_or_else(|| panic!("no ports printed:\n{}", d.show()));
+        let ports: Vec<u16> = line.split_whitespace().map(|p| p.parse().unwrap()).collect();
+        assert_eq!(ports.len(), 20, "{}", d.show());
+        for p in ports {
+            assert!(seen.insert(p), "port {p} handed to both processes:\n{}{}", done[0].show(), done[1].show());
+        }
+    }
+}
+
 #[test]
 fn no_server_and_bad_arguments() {
     let _g = serial();
     let m = Memif::new();
     // the client's memif never comes up without a server: bounded, clear, non-zero
-    let c = Proc::spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 1 127.0.0.1")).finish();
+    let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 1 127.0.0.1")).finish();
     assert_eq!(c.code, Some(1), "{}", c.out);
     assert!(c.out.contains("link did not come up") || c.out.contains("needs its role=server peer running"), "{}", c.out);
-    let c = Proc::spawn(None, 1, &m.vdev(false), &v("--test=write_bw -c UD 127.0.0.1")).finish();
+    let c = spawn(None, 1, &m.vdev(false), &v("--test=write_bw -c UD 127.0.0.1")).finish();
     assert_eq!(c.code, Some(2), "{}", c.out);
     assert!(c.out.contains("-c UD works with send_lat"), "{}", c.out);
 }
@@ -458,13 +364,13 @@ fn mismatches_and_limits_are_named() {
     let m = Memif::new();
     // a buffer that cannot fit in memory is refused at once, before EAL, with the sum
     for side in ["", "127.0.0.1"] {
-        let d = Proc::spawn(None, 0, &m.vdev(side.is_empty()), &v(&format!("--test=write_bw -s 1073741824 {side}"))).finish();
+        let d = spawn(None, 0, &m.vdev(side.is_empty()), &v(&format!("--test=write_bw -s 1073741824 {side}"))).finish();
         assert_eq!(d.code, Some(1), "{}", d.out);
         assert!(d.out.contains("the test buffer needs 129.0 GiB (1 QP(s) x (128 send + 1 receive/target slots) x 1073741824 B"), "{}", d.out);
         assert!(!d.out.contains("link"), "checked before the port came up:\n{}", d.out);
     }
     // a misspelt memif key is named, not ignored (net_memif itself would drop every argument)
-    let c = Proc::spawn(None, 1, &format!("{},sockett=/tmp/x", m.vdev(false)), &v("--test=send_lat 127.0.0.1")).finish();
+    let c = spawn(None, 1, &format!("{},sockett=/tmp/x", m.vdev(false)), &v("--test=send_lat 127.0.0.1")).finish();
     assert_ne!(c.code, Some(0), "{}", c.out);
     assert!(c.out.contains("net_memif has no argument 'sockett'"), "{}", c.out);
 }
@@ -510,17 +416,17 @@ fn af_packet_veth_in_namespaces() {
     let Some(ns) = Netns::create() else { return };
     let id = std::process::id();
     let run = |args: &str, flood: bool| -> (Done, Done) {
-        let port = tcp_port();
+        let port = free_port();
         // TCP between the kernel addresses; RoCE on droce's own addresses on the same wires
         let common = format!("{args} -p {port} --timeout 15");
-        let s = Proc::spawn(Some(&ns.a), 0, &format!("net_af_packet0,iface=dt{id}a"), &v(&format!("{common} --ip 10.199.0.11")));
+        let s = spawn(Some(&ns.a), 0, &format!("net_af_packet0,iface=dt{id}a"), &v(&format!("{common} --ip 10.199.0.11")));
         std::thread::sleep(Duration::from_millis(300));
         let mut fl = None;
         if flood {
             // a non-RoCE flood towards the server's wire while the test runs
             fl = Command::new("ip").args(["netns", "exec", &ns.b, "ping", "-f", "-q", "-w", "5", "-s", "200", "10.199.0.1"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().ok();
         }
-        let c = Proc::spawn(Some(&ns.b), 1, &format!("net_af_packet0,iface=dt{id}b"), &v(&format!("{common} --ip 10.199.0.12 10.199.0.1")));
+        let c = spawn(Some(&ns.b), 1, &format!("net_af_packet0,iface=dt{id}b"), &v(&format!("{common} --ip 10.199.0.12 10.199.0.1")));
         let c = c.finish();
         let s = s.finish();
         if let Some(mut f) = fl {

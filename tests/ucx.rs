@@ -13,10 +13,9 @@
 //! - a client whose peer dies ends (RC retries exhausted → error), it does not hang.
 //!
 //! The MPI jobs (MPICH, Open MPI pml ucx) are in tests/mpi.rs (`mod ucx`).
-//! Every process is bounded and killed by its process group at its deadline (tests/mpi/harness.rs).
+//! Every process is bounded and killed by its process group at its deadline (tests/harness/mod.rs).
 //! Skipped with a message when ucx_perftest / ucx_info are not installed (ucx-utils).
 
-#[path = "mpi/harness.rs"]
 mod harness;
 
 use harness::*;

@@ -2,6 +2,8 @@
 //! simulated nodes: frames are marked CE between `poll_transmit` and `handle_rx`, the way a
 //! congested switch would, by a small network loop of this file (fixed one-way delay).
 
+mod rng;
+
 use droce_transport::cc::CcConfig;
 use droce_transport::qp::QpHandle;
 use droce_transport::sim::{LinkConfig, Pair, RcOpts, MEM_BASE};
@@ -9,6 +11,7 @@ use droce_transport::status::WcStatus;
 use droce_transport::verbs::{SendOpcode, SendWr, RecvWr};
 use droce_transport::wire::{icrc, Opcode, RoceRepr};
 use droce_transport::{DeviceConfig, Duration, Instant, Memory, QKey};
+use rng::Rng;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -68,19 +71,6 @@ struct Faults {
 
 impl Faults {
     const NONE: Faults = Faults { loss: 0.0, duplicate: 0.0, reorder: 0.0, flip: 0.0, seed: 1 };
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
 }
 
 /// Runs the two nodes until `done` or idle (at most `max_rounds` rounds): every frame is

@@ -5,10 +5,13 @@
 //! `#[ignore]`d (it takes minutes in a debug build): run it with
 //! `cargo test -p droce-transport --release --test lossy -- --ignored`.
 
+mod rng;
+
 use droce_transport::sim::{LinkConfig, Pair, RcOpts, MEM_BASE};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{RecvWr, SendOpcode, SendWr};
 use droce_transport::Memory;
+use rng::Rng;
 use std::collections::VecDeque;
 
 const SLOT: u64 = 16 * 1024;
@@ -36,16 +39,6 @@ fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let room = (b.len() - n) as u64;
     let off = (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) % (room + 1);
     b[off as usize..off as usize + n].to_vec()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 #[derive(Debug, Clone, Copy)]

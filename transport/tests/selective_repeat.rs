@@ -3,12 +3,15 @@
 //! requester resends only the NAKed PSN; without the attribute a QP is today's go-back-N QP,
 //! frame for frame.
 
+mod rng;
 mod sr_net;
 
+use droce_transport::qp::QpHandle;
 use droce_transport::sim::{LinkConfig, Pair, RcOpts, MEM_BASE};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{RecvWr, SendFlags, SendOpcode, SendWr};
 use droce_transport::{DeviceConfig, Duration, Memory, Psn};
+use rng::Rng;
 use sr_net::{bth, is_request, Fate, Link, Net};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -20,16 +23,6 @@ const DST: u64 = MEM_BASE + (2 << 20);
 const RECV: u64 = MEM_BASE + (4 << 20);
 const RO: u64 = MEM_BASE + (6 << 20);
 const COUNTER: u64 = MEM_BASE + (7 << 20);
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -85,6 +78,28 @@ fn one_write(sr: bool, cfg: DeviceConfig, fate: impl Fn(u32) -> Fate + 'static) 
     (n, seen)
 }
 
+/// One signalled 64 KiB WRITE of `pattern(seed)` from a's SRC to b's DST on `qa`, the net
+/// stepped until its completion comes (or nothing is left to do); the completion's status,
+/// after checking b's memory when it is a success.
+fn write_64k(n: &mut Net, qa: QpHandle, seed: u64) -> Option<WcStatus> {
+    let data = pattern(seed, 65536);
+    n.a.dev.memory_mut().write(SRC, &data).unwrap();
+    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
+    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
+    let mut wc = None;
+    for _ in 0..1_000_000 {
+        wc = n.a.poll();
+        if wc.is_some() || !n.step() {
+            break;
+        }
+    }
+    let status = wc.map(|wc| wc.status);
+    if status == Some(WcStatus::Success) {
+        assert!(n.b.dev.memory().slice(DST, 65536) == &data[..], "written data differs");
+    }
+    status
+}
+
 #[test]
 fn one_lost_packet_is_resent_alone() {
     let lose_10 = |off| if off == 10 { Fate::Drop } else { Fate::Pass };
@@ -124,20 +139,8 @@ fn a_lost_resend_is_repaired_by_the_responders_reminder_not_the_timeout() {
         }
         Fate::Pass
     }));
-    let data = pattern(3, 65536);
-    n.a.dev.memory_mut().write(SRC, &data).unwrap();
-    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
-    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
-    let mut wc = None;
-    for _ in 0..1_000_000 {
-        wc = n.a.poll();
-        if wc.is_some() || !n.step() {
-            break;
-        }
-    }
-    assert_eq!(wc.map(|wc| wc.status), Some(WcStatus::Success));
+    assert_eq!(write_64k(&mut n, qa, 3), Some(WcStatus::Success));
     assert!(n.now < droce_transport::Instant(200_000), "done well before the 1 ms retransmit timeout: {:?}", n.now);
-    assert!(n.b.dev.memory().slice(DST, 65536) == &data[..]);
     let a = n.a.dev.counters();
     assert_eq!((a.sr_resent_pkts, a.completer_retry_err), (2, 0), "{a:?}");
     assert_eq!(seen.requests.get(), 66);
@@ -150,19 +153,7 @@ fn write_time(sr: bool, fate: impl Fn(u32) -> Fate + 'static) -> (u64, u64) {
     let (qa, _) = n.rc_pair(o, sr, sr);
     let seen = Rc::new(Seen::default());
     n.script = Some(script(seen.clone(), o.psn_a, fate));
-    let data = pattern(4, 65536);
-    n.a.dev.memory_mut().write(SRC, &data).unwrap();
-    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
-    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
-    let mut wc = None;
-    for _ in 0..1_000_000 {
-        wc = n.a.poll();
-        if wc.is_some() || !n.step() {
-            break;
-        }
-    }
-    assert_eq!(wc.map(|wc| wc.status), Some(WcStatus::Success));
-    assert!(n.b.dev.memory().slice(DST, 65536) == &data[..]);
+    assert_eq!(write_64k(&mut n, qa, 4), Some(WcStatus::Success));
     (n.now.0, seen.requests.get())
 }
 
@@ -188,20 +179,9 @@ fn reminders_behind_a_long_round_trip_are_not_retries() {
     let (qa, _) = n.rc_pair(o, true, true);
     let seen = Rc::new(Seen::default());
     n.script = Some(script(seen.clone(), o.psn_a, |off| if (10..20).contains(&off) { Fate::Drop } else { Fate::Pass }));
-    let data = pattern(5, 65536);
-    n.a.dev.memory_mut().write(SRC, &data).unwrap();
-    let (la, rkb) = (n.a.mr.lkey, n.b.mr.rkey);
-    n.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(SRC, 65536, la).with_remote(DST, rkb).with_flags(SendFlags::SIGNALED)).unwrap();
-    let mut wc = None;
-    for _ in 0..1_000_000 {
-        wc = n.a.poll();
-        if wc.is_some() || !n.step() {
-            break;
-        }
-    }
+    let status = write_64k(&mut n, qa, 5);
     let (a, b) = (n.a.dev.counters().clone(), n.b.dev.counters().clone());
-    assert_eq!(wc.map(|wc| wc.status), Some(WcStatus::Success), "{a:?}");
-    assert!(n.b.dev.memory().slice(DST, 65536) == &data[..]);
+    assert_eq!(status, Some(WcStatus::Success), "{a:?}");
     assert_eq!((a.retry_exceeded_err, a.completer_retry_err), (0, 0), "{a:?}");
     assert!(a.sr_reminders > 0, "the responder did remind: {a:?}");
     // each reminder once rewound the window again: 301 retransmissions, against 84

@@ -3,22 +3,12 @@
 //! directions must be delivered exactly once and in order, and every send must complete.
 //! A second run cuts the link for good: both senders must give up after `fail_after`.
 
+mod rng;
+
 use droce_transport::ud::reliable::{Config, Delivery, EndpointKey, Header, Peer, Receiver, Sender, TimerAction, HEADER_LEN};
 use droce_transport::{Duration, Gid, Instant, Qpn};
+use rng::Rng;
 use std::collections::VecDeque;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.next() % 1000 < per_mille
-    }
-}
 
 /// A datagram on the wire: the reliability header and the message number it carries.
 #[derive(Clone, Copy)]
@@ -91,10 +81,10 @@ impl Node {
     /// The send queue goes on the wire; each datagram's local completion follows.
     fn transmit(&mut self, now: Instant, wire: &mut Vec<Frame>, rng: &mut Rng, cut: bool) {
         while let Some((slot, hdr, msg)) = self.sq.pop_front() {
-            if !cut && !rng.chance(100) {
+            if !cut && !rng.per_mille(100) {
                 let at = now + Duration::from_micros(rng.next() % 400);
                 wire.push(Frame { hdr, msg, at });
-                if rng.chance(50) {
+                if rng.per_mille(50) {
                     wire.push(Frame { hdr, msg, at: at + Duration::from_micros(rng.next() % 400) });
                 }
             }

@@ -28,17 +28,7 @@ impl<M: Memory> Device<M> {
         q.req.rnr_wait = false;
         let mut wcs = Vec::new();
         while let Some(w) = q.req.sq.pop_front() {
-            wcs.push((q.init.send_cq, WorkCompletion {
-                wr_id: w.wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: w.wr.opcode.wc_opcode(),
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: q.qpn,
-                src_qp: q.attr.dest_qp_num,
-                wc_flags: WcFlags::default(),
-                pkey_index: q.attr.pkey_index,
-            }));
+            wcs.push((q.init.send_cq, flushed(q, w.wr.wr_id, w.wr.opcode.wc_opcode())));
             q.req.retire(w);
         }
         q.req.next = 0;
@@ -46,17 +36,7 @@ impl<M: Memory> Device<M> {
         q.req.rd_atomic_inflight = 0;
         let rq = q.resp.recv.take().map(|r| r.wqe).into_iter().chain(q.rq.drain(..));
         for r in rq.collect::<Vec<_>>() {
-            wcs.push((q.init.recv_cq, WorkCompletion {
-                wr_id: r.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: q.qpn,
-                src_qp: q.attr.dest_qp_num,
-                wc_flags: WcFlags::default(),
-                pkey_index: q.attr.pkey_index,
-            }));
+            wcs.push((q.init.recv_cq, flushed(q, r.wr_id, WcOpcode::Recv)));
         }
         q.resp.queue.retain(|r| matches!(r, responder::Reply::Ack { .. }));
         if first {
@@ -79,17 +59,7 @@ impl<M: Memory> Device<M> {
         q.state = QpState::Sqe;
         let mut wcs = Vec::new();
         while let Some(w) = q.req.sq.pop_front() {
-            let mut wc = WorkCompletion {
-                wr_id: w.wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: w.wr.opcode.wc_opcode(),
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: q.qpn,
-                src_qp: q.attr.dest_qp_num,
-                wc_flags: WcFlags::default(),
-                pkey_index: q.attr.pkey_index,
-            };
+            let mut wc = flushed(q, w.wr.wr_id, w.wr.opcode.wc_opcode());
             wc.src_qp = q.qpn;
             wcs.push((q.init.send_cq, wc));
             q.req.retire(w);
@@ -156,4 +126,20 @@ impl<M: Memory> Device<M> {
         }
     }
 
+}
+
+/// The completion of a work request of `q` flushed by an error state (status WrFlushErr, no
+/// length, no immediate).
+fn flushed(q: &Qp, wr_id: u64, opcode: WcOpcode) -> WorkCompletion {
+    WorkCompletion {
+        wr_id,
+        status: WcStatus::WrFlushErr,
+        opcode,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: q.qpn,
+        src_qp: q.attr.dest_qp_num,
+        wc_flags: WcFlags::default(),
+        pkey_index: q.attr.pkey_index,
+    }
 }

@@ -8,9 +8,7 @@
 //! `window * mtu` per QP.
 
 use super::responder::Request;
-use crate::types::{Psn, Rkey};
-use crate::wire::opcode::Opcode;
-use crate::wire::{AtomicEthRepr, RethRepr};
+use crate::types::Psn;
 use std::collections::VecDeque;
 
 /// Out-of-order packets held before the responder tells the requester which PSN is missing:
@@ -18,33 +16,22 @@ use std::collections::VecDeque;
 /// (TCP's duplicate-ACK threshold, RFC 5681). The ACK coalescing timer NAKs a smaller gap.
 pub const REORDER_THRESHOLD: usize = 3;
 
-/// An out-of-order request packet, copied.
+/// An out-of-order request packet, copied: the request's fields as they came, its payload
+/// owned here (the packet's buffer is gone by the time its turn comes).
 #[derive(Debug, Clone)]
 pub(crate) struct Held {
-    pub opcode: Opcode,
-    pub psn: Psn,
-    pub ack_req: bool,
-    pub solicited: bool,
-    pub reth: Option<RethRepr>,
-    pub atomic: Option<AtomicEthRepr>,
-    pub immdt: Option<u32>,
-    pub ieth: Option<Rkey>,
+    /// The request, with an empty payload: the bytes are in `payload`.
+    head: Request<'static>,
     pub payload: Vec<u8>,
 }
 
 impl Held {
+    pub fn psn(&self) -> Psn {
+        self.head.psn
+    }
+
     pub fn request(&self) -> Request<'_> {
-        Request {
-            opcode: self.opcode,
-            psn: self.psn,
-            ack_req: self.ack_req,
-            solicited: self.solicited,
-            reth: self.reth,
-            atomic: self.atomic,
-            immdt: self.immdt,
-            ieth: self.ieth,
-            payload: &self.payload,
-        }
+        Request { payload: &self.payload, ..self.head }
     }
 }
 
@@ -68,24 +55,14 @@ impl ReorderBuffer {
     /// Keep a copy of `r`; false when a packet with its PSN is already held (a duplicate,
     /// dropped by the caller).
     pub fn insert(&mut self, r: &Request<'_>) -> bool {
-        let at = self.held.iter().position(|h| !h.psn.is_before(r.psn)).unwrap_or(self.held.len());
-        if self.held.get(at).is_some_and(|h| h.psn == r.psn) {
+        let at = self.held.iter().position(|h| !h.psn().is_before(r.psn)).unwrap_or(self.held.len());
+        if self.held.get(at).is_some_and(|h| h.psn() == r.psn) {
             return false;
         }
         let mut payload = self.spare.pop().unwrap_or_default();
         payload.clear();
         payload.extend_from_slice(r.payload);
-        let h = Held {
-            opcode: r.opcode,
-            psn: r.psn,
-            ack_req: r.ack_req,
-            solicited: r.solicited,
-            reth: r.reth,
-            atomic: r.atomic,
-            immdt: r.immdt,
-            ieth: r.ieth,
-            payload,
-        };
+        let h = Held { head: Request { payload: &[], ..*r }, payload };
         self.held.insert(at, h);
         true
     }
@@ -93,11 +70,11 @@ impl ReorderBuffer {
     /// The held packet with PSN `epsn`, if it is there. Held packets before `epsn` (which a
     /// multi-PSN READ request skipped over: no requester sends those) are discarded.
     pub fn take(&mut self, epsn: Psn) -> Option<Held> {
-        while self.held.front().is_some_and(|h| h.psn.is_before(epsn)) {
+        while self.held.front().is_some_and(|h| h.psn().is_before(epsn)) {
             let h = self.held.pop_front()?;
             self.recycle(h.payload);
         }
-        if self.held.front()?.psn == epsn {
+        if self.held.front()?.psn() == epsn {
             self.held.pop_front()
         } else {
             None
@@ -121,6 +98,9 @@ impl ReorderBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Rkey;
+    use crate::wire::opcode::Opcode;
+    use crate::wire::RethRepr;
 
     fn req(psn: u32, payload: &[u8]) -> Request<'_> {
         Request {
@@ -145,7 +125,7 @@ mod tests {
         assert!(!b.insert(&req(0x00_0000, b"x")), "a PSN already held is a duplicate");
         assert_eq!(b.len(), 4);
         assert!(b.take(Psn::new(0xff_fffd)).is_none(), "the gap is still open");
-        let order: Vec<u32> = [0xff_fffe, 0xff_ffff, 0, 1].iter().map(|&p| b.take(Psn::new(p)).expect("held").psn.value()).collect();
+        let order: Vec<u32> = [0xff_fffe, 0xff_ffff, 0, 1].iter().map(|&p| b.take(Psn::new(p)).expect("held").psn().value()).collect();
         assert_eq!(order, [0xff_fffe, 0xff_ffff, 0, 1]);
         assert!(b.is_empty());
     }
@@ -158,5 +138,25 @@ mod tests {
         assert!(b.take(Psn::new(7)).is_none());
         assert_eq!(b.len(), 1, "PSN 5 is behind the expected PSN and was dropped");
         assert_eq!(b.take(Psn::new(9)).expect("held").payload, b"b");
+    }
+
+    #[test]
+    fn a_held_packet_gives_back_the_request_it_copied() {
+        let mut b = ReorderBuffer::default();
+        let payload = [7u8; 40];
+        let r = Request {
+            opcode: Opcode::RcWriteOnlyImm,
+            psn: Psn::new(12),
+            ack_req: true,
+            solicited: true,
+            reth: Some(RethRepr { va: 0x1000, rkey: Rkey(0x55), len: 40 }),
+            atomic: None,
+            immdt: Some(0xdead_beef),
+            ieth: Some(Rkey(9)),
+            payload: &payload,
+        };
+        assert!(b.insert(&r));
+        let h = b.take(Psn::new(12)).expect("held");
+        assert_eq!(format!("{:?}", h.request()), format!("{r:?}"));
     }
 }

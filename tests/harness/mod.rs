@@ -1,5 +1,7 @@
-//! Shared by tests/fabric.rs and tests/mpi.rs (included with `#[path]`): bounded child processes
-//! with captured output, and the location of the workspace's provider libraries.
+//! Shared by the end-to-end tests (`mod harness;` in each): bounded child processes with
+//! captured output, TCP ports reserved across concurrent test runs, and the location of the
+//! workspace's provider libraries. `pmd` runs droce-pmd itself (its EAL arguments, file prefix
+//! and runtime directory).
 //!
 //! Every child runs in its own process group; at its deadline the group is sent SIGTERM, then
 //! SIGKILL (by the group id of the group this harness created, never by name), so an `mpirun`
@@ -13,6 +15,8 @@
 //! without configuration. `DROCE_FI_PROVIDER_DIR` / `DROCE_UCT_LIB` (checked by the callers)
 //! point the tests at an installed copy instead.
 #![allow(dead_code)]
+
+pub mod pmd;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -62,15 +66,72 @@ impl Drop for LinkLocks {
     }
 }
 
-/// A TCP port for one server/client pair that nothing on this machine listens on now.
+/// Ports handed out: below the kernel's ephemeral range (32768 on), so that no outgoing
+/// connection's local port can take one between the choice and the server's bind.
+const PORTS: std::ops::Range<u16> = 20000..32000;
+
+/// A TCP port for one server/client pair, reserved for the life of this test process.
+///
+/// "Find a free port, bind later" alone lets two test binaries running at the same time pick
+/// the same port (seen: two runs both used port 32384, and one droce-pmd read the other
+/// program's bytes). Every port handed out is held by a POSIX record lock on its byte of one
+/// file shared by all test processes of this user (`/tmp/droce-<uid>/test-ports.lock`);
+/// the kernel drops the locks when the process ends, so nothing is left to clean up. A port
+/// some other program listens on or holds is passed over.
 pub fn free_port() -> u16 {
-    for _ in 0..200 {
-        let p = 20000 + ((std::process::id().wrapping_mul(7) + SEQ.fetch_add(1, Ordering::Relaxed) * 13) % 30000) as u16;
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let file = port_lock_file();
+    let span = u32::from(PORTS.end - PORTS.start);
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    // where the search starts: apart for each process; the same for all with
+    // DROCE_TEST_PORT_START (the test that the locks keep concurrent processes apart)
+    let first = std::env::var("DROCE_TEST_PORT_START").ok().and_then(|v| v.parse().ok()).unwrap_or(std::process::id().wrapping_mul(7919));
+    for i in 0..span {
+        let p = PORTS.start + ((first.wrapping_add(i.wrapping_mul(13))) % span) as u16;
+        // record locks never conflict within one process: the list keeps this process's own
+        if taken.contains(&p) || !lock_byte(file, p) {
+            continue;
+        }
+        taken.push(p);
         if !tcp_listening(p) && std::net::TcpListener::bind(("0.0.0.0", p)).is_ok() {
             return p;
         }
     }
-    panic!("no free TCP port found");
+    panic!("no free TCP port in {PORTS:?}");
+}
+
+/// The file whose bytes stand for the ports, opened once and kept open: closing any descriptor
+/// of it would drop every record lock this process holds on it.
+fn port_lock_file() -> &'static std::fs::File {
+    static FILE: OnceLock<std::fs::File> = OnceLock::new();
+    FILE.get_or_init(|| {
+        // SAFETY: getuid has no preconditions
+        let dir = PathBuf::from(format!("/tmp/droce-{}", unsafe { libc::getuid() }));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join("test-ports.lock");
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    })
+}
+
+/// Takes a write lock on byte `at` of `file` without waiting; false when another process has it.
+fn lock_byte(file: &std::fs::File, at: u16) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `flock` is a valid value of this plain C struct; the fields that
+    // matter are set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = libc::off_t::from(at);
+    fl.l_len = 1;
+    // SAFETY: fcntl(F_SETLK) on a descriptor this process keeps open, with a pointer to a live
+    // `flock` that the call only reads.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &fl) == 0 }
 }
 
 /// Is some socket on this machine (this network namespace) listening on TCP `port`?
