@@ -59,17 +59,18 @@ impl Iface {
         out.pending = !g.pending_rr.is_empty();
         // A long idle spell: let another runnable thread have this CPU. Both ends of a pair
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
-        // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. A short
-        // sleep, not a yield: a thread that never sleeps can be left unrun for seconds
-        // ([`IDLE_SLEEP`]), and then it acknowledges nothing.
-        let mut yield_now = false;
+        // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. Once idle
+        // for a millisecond, a short sleep instead: a thread that never sleeps can be left
+        // unrun for seconds ([`IDLE_SLEEP`]), and then it acknowledges nothing.
+        let mut give_up = IdleAction::None;
         if busy || out.count > 0 {
             g.idle = 0;
+            g.idle_since = None;
         } else {
             g.idle = g.idle.saturating_add(1);
             if g.idle > idle_yield() {
                 g.idle = 0;
-                yield_now = true;
+                give_up = idle_give_up(&mut g.idle_since, std::time::Instant::now());
             }
         }
         if ev.is_empty() {
@@ -78,8 +79,10 @@ impl Iface {
             out.events = ev;
         }
         drop(g);
-        if yield_now {
-            std::thread::sleep(IDLE_SLEEP);
+        match give_up {
+            IdleAction::None => {}
+            IdleAction::Yield => std::thread::yield_now(),
+            IdleAction::Sleep => std::thread::sleep(IDLE_SLEEP),
         }
         out
     }
