@@ -61,7 +61,11 @@ impl Engine {
     /// Deregisters the MR (application or temporary) with this lkey.
     pub fn remove_mr(&mut self, lkey: Lkey) -> Option<Mr> {
         let mr = self.mrs.remove(lkey)?;
-        let _ = self.host().dereg_mr(mr.lkey);
+        if let Err(e) = self.host().dereg_mr(mr.lkey) {
+            // InUse: zero-copy frames over the region are still held by the PMD; the region
+            // stays registered in the device (the application's buffer must outlive them).
+            crate::ffi::log_warn(&format!("droce: fi_close(mr) {:#x}+{}: deregistration failed: {e:?}", mr.va, mr.len));
+        }
         Some(mr)
     }
 

@@ -327,22 +327,12 @@ fn request_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> responder::Request<'a> 
 
 /// [`completer::scatter`] with [`Memory::write_crc`]: `data` into a scatter list from byte
 /// `offset`, continuing CRC `crc` over it.
-fn scatter_crc<M: Memory>(mem: &mut M, sges: &[Sge], mut offset: u64, mut data: &[u8], mut crc: u32) -> Result<u32, MemoryError> {
-    for sge in sges {
-        if data.is_empty() {
-            break;
-        }
-        let l = sge.length as u64;
-        if offset >= l {
-            offset -= l;
-            continue;
-        }
-        let n = ((l - offset) as usize).min(data.len());
-        crc = mem.write_crc(sge.addr + offset, &data[..n], crc)?;
-        data = &data[n..];
-        offset = 0;
-    }
-    if data.is_empty() {
+fn scatter_crc<M: Memory>(mem: &mut M, sges: &[Sge], offset: u64, data: &[u8], mut crc: u32) -> Result<u32, MemoryError> {
+    let placed = crate::rc::completer::scatter_with(sges, offset, data, |addr, chunk| {
+        crc = mem.write_crc(addr, chunk, crc)?;
+        Ok(())
+    })?;
+    if placed {
         Ok(crc)
     } else {
         Err(MemoryError)

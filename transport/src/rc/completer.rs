@@ -353,9 +353,25 @@ fn read_response<M: Memory>(
 pub(crate) fn scatter<M: Memory>(
     mem: &mut M,
     sges: &[crate::verbs::Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), WcStatus> {
+    let placed = scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr))?;
+    if placed {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
+/// Walk a scatter list from byte `offset` of the list and hand `put` each piece of `data`
+/// with the address it belongs at. `Ok(false)`: the list ended before `data` did.
+pub(crate) fn scatter_with<E>(
+    sges: &[crate::verbs::Sge],
     mut offset: u64,
     mut data: &[u8],
-) -> Result<(), WcStatus> {
+    mut put: impl FnMut(u64, &[u8]) -> Result<(), E>,
+) -> Result<bool, E> {
     for sge in sges {
         if data.is_empty() {
             break;
@@ -366,15 +382,11 @@ pub(crate) fn scatter<M: Memory>(
             continue;
         }
         let n = ((l - offset) as usize).min(data.len());
-        mem.write(sge.addr + offset, &data[..n]).map_err(|_| WcStatus::LocProtErr)?;
+        put(sge.addr + offset, &data[..n])?;
         data = &data[n..];
         offset = 0;
     }
-    if data.is_empty() {
-        Ok(())
-    } else {
-        Err(WcStatus::LocLenErr)
-    }
+    Ok(data.is_empty())
 }
 
 /// The local ACK timer expired (9.7.6.1.3): go back to the oldest unacknowledged PSN, or

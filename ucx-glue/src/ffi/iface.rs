@@ -69,9 +69,12 @@ pub extern "C" fn droce_rs_iface_close(rs: *mut c_void) {
     guard((), || {
         // SAFETY: made by droce_rs_iface_open; the shim calls close once, after disabling progress.
         let b = unsafe { Box::from_raw(rs as *mut IfaceBox) };
-        b.iface.close();
-        // SAFETY: close() destroyed every queue using the block and deregistered it.
-        unsafe { dealloc(b.block, b.block_layout) };
+        if b.iface.close() {
+            // SAFETY: close() destroyed every queue using the block and deregistered it.
+            unsafe { dealloc(b.block, b.block_layout) };
+        } else {
+            log(1, "droce: the interface's slot block is still referenced by frames in flight (zero-copy transmit); leaked, not freed");
+        }
     })
 }
 

@@ -38,6 +38,7 @@ use atomic::AtomicOp;
 use droce_dpdk::runtime::Runtime;
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::ud::reliable::{Config as UdReliability, Receiver as UdReceiver, Sender as UdSender};
+use droce_transport::verbs::mr::DeregMrError;
 use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendWr, SrqHandle, UdDest};
 use droce_transport::{Gid, Lkey, Psn, QKey};
 use std::collections::{BTreeSet, VecDeque};
@@ -450,9 +451,9 @@ impl Iface {
         Ok(iface)
     }
 
-    /// Destroy the queues and deregister the block; returns the block's (base, len) for the
-    /// caller to free.
-    pub fn close(&self) -> (u64, usize) {
+    /// Destroys the queues and deregisters the slot block; `false` when the block must not be
+    /// freed (frames in flight still point into it).
+    pub fn close(&self) -> bool {
         let mut g = lock(&self.inner);
         g.closed = true;
         let mut h = lock(self.host);
@@ -477,8 +478,12 @@ impl Iface {
             let _ = d.destroy_srq(srq);
         }
         let _ = d.destroy_cq(g.cq);
-        let _ = h.dereg_mr(g.lkey);
-        (g.base, g.lay.bytes())
+        match h.dereg_mr(g.lkey) {
+            Ok(()) | Err(DeregMrError::InvalidMr) => true,
+            // Zero-copy frames over the slots are still held by the PMD (a ring whose consumer
+            // stopped): the block stays registered and must outlive them.
+            Err(DeregMrError::InUse) => false,
+        }
     }
 
     fn rx_addr(g: &Inner, slot: u32) -> u64 {
