@@ -25,18 +25,7 @@ impl Port {
     /// One call into DPDK per burst, nothing per packet. A port that is stopped returns 0.
     #[inline]
     pub fn rx_burst<const N: usize>(&self, q: QueueId, batch: &mut MbufBatch<N>) -> Result<u16> {
-        self.check_rxq(q)?;
-        let (base, len) = batch.raw_parts();
-        let room = (N - len) as u16;
-        if room == 0 {
-            return Ok(0);
-        }
-        let _use = PortUse::enter();
-        // SAFETY: queue checked; slots len..N are free and owned by the batch; DPDK writes at
-        // most `room` mbuf pointers whose ownership passes to the batch.
-        let n = unsafe { sys::droce_rte_eth_rx_burst(self.id.0, q.0, base.add(len), room) };
-        batch.grow(n as usize);
-        Ok(n)
+        self.rx_burst_max(q, batch, u16::MAX)
     }
 
     /// As [`Port::rx_burst`], asking the PMD for at most `max` packets (a burst size smaller
@@ -45,12 +34,14 @@ impl Port {
     pub fn rx_burst_max<const N: usize>(&self, q: QueueId, batch: &mut MbufBatch<N>, max: u16) -> Result<u16> {
         self.check_rxq(q)?;
         let (base, len) = batch.raw_parts();
-        let room = ((N - len) as u16).min(max);
+        let room = (N - len).min(usize::from(max)) as u16;
         if room == 0 {
             return Ok(0);
         }
         let _use = PortUse::enter();
-        // SAFETY: as in `rx_burst`; room <= the batch's free slots.
+        // SAFETY: queue checked; slots len..N are free and owned by the batch and room is at
+        // most their number; DPDK writes at most `room` mbuf pointers whose ownership passes
+        // to the batch.
         let n = unsafe { sys::droce_rte_eth_rx_burst(self.id.0, q.0, base.add(len), room) };
         batch.grow(n as usize);
         Ok(n)
