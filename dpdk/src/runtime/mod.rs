@@ -515,6 +515,7 @@ fn seed() -> u64 {
 }
 
 mod config;
+pub mod idle;
 mod progress;
 mod sys;
 mod verbs;

@@ -17,6 +17,7 @@
 use crate::addr::{self, Local};
 use crate::queue::Queue;
 use droce_dpdk::roce::cm::ConnId;
+use droce_dpdk::runtime::idle::{IdleAction, IdleSpell};
 use droce_dpdk::runtime::Runtime;
 use droce_transport::qp::QpHandle;
 use droce_transport::verbs::{CqHandle, PdHandle, RecvWr, SendOpcode, SendWr, SrqHandle, WorkCompletion};
@@ -81,8 +82,10 @@ pub struct Engine {
     zombies: HashMap<ConnId, QpHandle>,
     next_port: u16,
     pub auto_progress: bool,
-    /// Consecutive progress steps that found nothing to do (see [`Engine::idle_yield_due`]).
+    /// Consecutive progress steps that found nothing to do (see [`Engine::idle_give_up`]).
     idle_steps: u32,
+    /// The current idle spell of the threads reading CQs (see [`Engine::idle_give_up`]).
+    idle_spell: IdleSpell,
     /// How many of the host's lost peers ([`Runtime::lost_peers_since`]) were seen: the
     /// connections to each failed (see [`Engine::fail_connections`]).
     lost_seen: usize,
@@ -152,6 +155,7 @@ pub fn engine() -> Result<MutexGuard<'static, Engine>, String> {
             next_port: 0xc000,
             auto_progress: false,
             idle_steps: 0,
+            idle_spell: IdleSpell::default(),
             lost_seen: 0,
             swr: SendWr::new(0, SendOpcode::Send),
             rwr: RecvWr::new(0),

@@ -106,17 +106,25 @@ impl Engine {
             self.fail_connections(&lost);
             work = true;
         }
-        self.idle_steps = if work { 0 } else { self.idle_steps.saturating_add(1) };
+        if work {
+            self.idle_steps = 0;
+            self.idle_spell.reset();
+        } else {
+            self.idle_steps = self.idle_steps.saturating_add(1);
+        }
         work
     }
 
     /// Whether the caller of a read that found nothing should give up the CPU (after it
-    /// released the engine): true once [`idle_yield_after`] progress steps in a row were idle.
+    /// released the engine): once [`idle_yield_after`] progress steps in a row were idle.
     /// Both ends of a connection usually busy-poll on the same few cores, and each side's
     /// ACKs and replies come only from its own progress: spinning on through a scheduler
     /// slice keeps the peer, which has the work, off the CPU.
-    pub fn idle_yield_due(&self) -> bool {
-        self.idle_steps >= idle_yield_after()
+    /// When due, how: a yield, or a sleep once idle for a millisecond
+    /// (`droce_dpdk::runtime::idle`: a thread that only spins and yields can be left unrun for
+    /// seconds when pollers outnumber CPUs, and its peers then give it up).
+    pub fn idle_give_up(&mut self) -> Option<IdleAction> {
+        (self.idle_steps >= idle_yield_after()).then(|| self.idle_spell.give_up(std::time::Instant::now()))
     }
 }
 

@@ -163,10 +163,12 @@ pub(super) fn cq_read_common(cq: *mut fid_cq, buf: *mut c_void, count: usize, sr
             unsafe { *src.add(i) = c.src };
         }
     });
-    if matches!(r, Err(FI_EAGAIN)) && e.idle_yield_due() {
-        drop(e);
-        std::thread::yield_now();
-        return -(FI_EAGAIN as isize);
+    if matches!(r, Err(FI_EAGAIN)) {
+        if let Some(a) = e.idle_give_up() {
+            drop(e);
+            a.act();
+            return -(FI_EAGAIN as isize);
+        }
     }
     drop(e);
     match r {

@@ -61,16 +61,16 @@ impl Iface {
         // busy-poll; on a machine with fewer free CPUs than pollers the peer (whose progress
         // sends the reply or the ACK) otherwise waits for the scheduler's timeslice. Once idle
         // for a millisecond, a short sleep instead: a thread that never sleeps can be left
-        // unrun for seconds ([`IDLE_SLEEP`]), and then it acknowledges nothing.
-        let mut give_up = IdleAction::None;
+        // unrun for seconds, and then it acknowledges nothing (`droce_dpdk::runtime::idle`).
+        let mut give_up = None;
         if busy || out.count > 0 {
             g.idle = 0;
-            g.idle_since = None;
+            g.idle_spell.reset();
         } else {
             g.idle = g.idle.saturating_add(1);
             if g.idle > idle_yield() {
                 g.idle = 0;
-                give_up = idle_give_up(&mut g.idle_since, std::time::Instant::now());
+                give_up = Some(g.idle_spell.give_up(std::time::Instant::now()));
             }
         }
         if ev.is_empty() {
@@ -79,10 +79,8 @@ impl Iface {
             out.events = ev;
         }
         drop(g);
-        match give_up {
-            IdleAction::None => {}
-            IdleAction::Yield => std::thread::yield_now(),
-            IdleAction::Sleep => std::thread::sleep(IDLE_SLEEP),
+        if let Some(a) = give_up {
+            a.act();
         }
         out
     }

@@ -35,6 +35,7 @@ pub use atomic::AtomicKind;
 use crate::md;
 use crate::status::*;
 use atomic::AtomicOp;
+use droce_dpdk::runtime::idle::IdleSpell;
 use droce_dpdk::runtime::Runtime;
 use droce_transport::qp::{PathMtu, QpAttr, QpAttrMask, QpCap, QpHandle, QpInitAttr, QpState, QpType};
 use droce_transport::ud::reliable::{Config as UdReliability, Receiver as UdReceiver, Sender as UdSender};
@@ -57,46 +58,9 @@ const MAX_RDMA: usize = 1 << 30;
 /// Completions handled per progress call.
 const POLL_BUDGET: usize = 64;
 /// Idle progress calls in a row after which the thread gives up its CPU once (default of
-/// `DROCE_UCX_IDLE_YIELD`; 0 there: never): a `sched_yield`, or a sleep of [`IDLE_SLEEP`] once
-/// the thread has been idle for [`IDLE_SLEEP_AFTER`].
+/// `DROCE_UCX_IDLE_YIELD`; 0 there: never): a yield, or a sleep once idle for a millisecond
+/// ([`droce_dpdk::runtime::idle`]).
 const IDLE_YIELD: u32 = 64;
-/// How a long-idle poller gives up its CPU: a sleep this long (the kernel's timer slack makes
-/// it about 50-60 us), not `sched_yield`. On a machine with more busy pollers than CPUs the
-/// EEVDF scheduler (Linux 6.6 on) left a thread that only ever spins or yields runnable but
-/// unrun for seconds: four debug-build MPI ranks on two loaded CPUs saw a rank's progress stop
-/// for up to 4.3 s with its scheduler counters frozen, and its peers gave it up as dead
-/// (droce_ud: no acknowledgement for 4 s; droce_rc: retries exhausted). A standalone poller on
-/// the same machine and load: yield every 64 rounds, longest stall 3.4 s; sleep every 1 ms,
-/// 0.12 s. A thread that sleeps is placed again on waking, so it keeps its share of the CPU.
-const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_micros(1);
-/// Continuous idleness after which a yield becomes a sleep. Not at every yield: 64 idle calls
-/// take a few microseconds, and a ~55 us sleep at each would sit in every short wait (MPICH 8 B
-/// half round trip 1.4 -> 19.7 us, 64 KiB 44 -> 141 us when every yield slept). Once a
-/// millisecond costs a waiting rank at most one late wake-up per millisecond of waiting.
-const IDLE_SLEEP_AFTER: std::time::Duration = std::time::Duration::from_millis(1);
-
-/// What an idle poller does when [`IDLE_YIELD`] idle calls have gone by: `idle_since` is when
-/// the current idle spell was first seen at such a point (`None`: it has just begun).
-fn idle_give_up(idle_since: &mut Option<std::time::Instant>, now: std::time::Instant) -> IdleAction {
-    match *idle_since {
-        Some(t) if now.duration_since(t) >= IDLE_SLEEP_AFTER => {
-            *idle_since = Some(now + IDLE_SLEEP);
-            IdleAction::Sleep
-        }
-        Some(_) => IdleAction::Yield,
-        None => {
-            *idle_since = Some(now);
-            IdleAction::Yield
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum IdleAction {
-    None,
-    Yield,
-    Sleep,
-}
 
 fn idle_yield() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
@@ -309,8 +273,8 @@ struct Inner {
     closed: bool,
     /// Progress calls in a row that found nothing to do.
     idle: u32,
-    /// Start of the current idle spell, as first seen by [`idle_give_up`].
-    idle_since: Option<std::time::Instant>,
+    /// The current idle spell (yield or sleep when giving up the CPU).
+    idle_spell: IdleSpell,
     /// The event buffer of progress, handed to the FFI layer and given back by
     /// [`Iface::after_events`]: no allocation per progress round.
     ev_spare: Vec<Event>,
@@ -407,7 +371,7 @@ impl Iface {
             psn_seed: (std::process::id().wrapping_mul(0x9e37_79b9) ^ (base as u32)) & 0xff_ffff,
             closed: false,
             idle: 0,
-            idle_since: None,
+            idle_spell: IdleSpell::default(),
             ev_spare: Vec::with_capacity(POLL_BUDGET * 2),
             wr_spare: None,
             rx_wr: RecvWr::new(0).with_sge(base, lay.rx_stride as u32, lkey),
@@ -571,22 +535,6 @@ pub fn shared_pd(host: &mut Runtime) -> PdHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_idle_poller_yields_and_sleeps_only_once_idle_for_a_millisecond() {
-        use std::time::{Duration, Instant};
-        let t0 = Instant::now();
-        let mut since = None;
-        assert_eq!(idle_give_up(&mut since, t0), IdleAction::Yield);
-        assert_eq!(idle_give_up(&mut since, t0 + Duration::from_micros(999)), IdleAction::Yield);
-        assert_eq!(idle_give_up(&mut since, t0 + IDLE_SLEEP_AFTER), IdleAction::Sleep);
-        // the next sleep is a millisecond later, not at the next yield
-        assert_eq!(idle_give_up(&mut since, t0 + IDLE_SLEEP_AFTER + Duration::from_micros(5)), IdleAction::Yield);
-        assert_eq!(idle_give_up(&mut since, t0 + 2 * IDLE_SLEEP_AFTER + IDLE_SLEEP), IdleAction::Sleep);
-        // work ends the spell: the next one starts with yields again
-        let mut since = None;
-        assert_eq!(idle_give_up(&mut since, t0 + Duration::from_secs(5)), IdleAction::Yield);
-    }
 
     #[test]
     fn ud_segments_are_capped_at_the_path_mtu() {
