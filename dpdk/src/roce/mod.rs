@@ -190,8 +190,8 @@ pub const TX_ZERO_COPY_MIN: usize = 1024;
 const ZERO_COPY_DRIVERS: [&str; 6] = ["net_memif", "net_ring", "net_af_packet", "net_af_xdp", "net_tap", "net_null"];
 
 /// `DROCE_TX_ZC` (`off`, `no`, `0`: copy every payload; a number: the smallest payload sent
-/// zero-copy) and `DROCE_FUSED_RX` (`0` / `no`: check the ICRC, then copy): the A/B switches
-/// of the two payload paths.
+/// zero-copy) and `DROCE_FUSED_RX` (`1` / `yes` / `on`: the one-pass receive; by default
+/// the ICRC is checked, then the payload copied): the A/B switches of the two payload paths.
 fn payload_path_env() -> (Option<usize>, bool) {
     let zc = match std::env::var("DROCE_TX_ZC").ok().map(|v| v.trim().to_ascii_lowercase()) {
         None => Some(TX_ZERO_COPY_MIN),
@@ -205,7 +205,7 @@ fn payload_path_env() -> (Option<usize>, bool) {
             }
         },
     };
-    let fused = !matches!(std::env::var("DROCE_FUSED_RX").ok().map(|v| v.trim().to_ascii_lowercase()).as_deref(), Some("0" | "no" | "off"));
+    let fused = matches!(std::env::var("DROCE_FUSED_RX").ok().map(|v| v.trim().to_ascii_lowercase()).as_deref(), Some("1" | "yes" | "on"));
     (zc, fused)
 }
 

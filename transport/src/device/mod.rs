@@ -111,7 +111,10 @@ pub struct DeviceConfig {
     /// The receive path checks the ICRC of an in-sequence SEND/WRITE continuation or READ
     /// response while it copies the payload into memory (one pass over the bytes) instead of
     /// before (two passes). Same frames accepted, same memory and completions; see
-    /// `docs/design.md` ("Where the payload is copied"). Off: check, then copy.
+    /// `docs/design.md` ("Where the payload is copied"). Off (the default): check, then
+    /// copy. Opt-in because the bytes of a corrupted frame reach memory before its
+    /// retransmission rewrites them: an application that polls memory for the end of a WRITE
+    /// (perftest's write_lat) sees them.
     pub fused_rx: bool,
 }
 
@@ -130,7 +133,7 @@ impl Default for DeviceConfig {
             hold_acks: false,
             cc: CcConfig::default(),
             sr_window: 128,
-            fused_rx: true,
+            fused_rx: false,
         }
     }
 }
