@@ -209,17 +209,6 @@ fn payload_path_env() -> (Option<usize>, bool) {
     (zc, fused)
 }
 
-/// Which frames one TX pass of [`RoceDevice::poll`] takes from the transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TxRound {
-    /// Requests, responses and retransmissions; plain ACK/NAK replies wait.
-    DataOnly,
-    /// Everything, held ACKs included.
-    All,
-    /// Right after RX: what the transport's ACK-hold policy lets go.
-    AfterRx,
-}
-
 /// The send window (`DeviceConfig::max_unacked_psns`, PSNs) the engine uses on a memif port
 /// when the config keeps the transport's default (rxe's 128) and the path MTU is 1024: about
 /// one memif ring (1024 slots). With 128 a busy-polling peer that loses its CPU for a

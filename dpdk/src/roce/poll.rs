@@ -3,7 +3,7 @@
 
 use super::rx::{ipv4_header_len, is_roce, rc_bth_opcode, RxOrder};
 use super::*;
-use droce_transport::device::{TxFrame, TxPass, TxPayload};
+use droce_transport::device::{TxPass, TxPayload};
 
 impl RoceDevice {
     // ------------------------------------------------------------------ the loop
@@ -33,8 +33,8 @@ impl RoceDevice {
         };
         let mut now = if t0 != 0 { self.fresh_now(t0) } else { self.last_now };
         // TX: what the application posted, then the held ACKs
-        self.transmit(now, TxRound::DataOnly, &mut work);
-        self.transmit(now, TxRound::All, &mut work);
+        self.transmit(now, TxPass::DataOnly, &mut work);
+        self.transmit(now, TxPass::All, &mut work);
         // RX: the ACKs held back from the last burst, then a new burst
         while let Some(m) = self.rx_acks_later.pop_front() {
             work.rx += 1;
@@ -98,7 +98,7 @@ impl RoceDevice {
         // TX what RX and timers made sendable; with the ACK-hold policy the ACKs they queued
         // wait for the next round
         if work.rx > 0 || work.timers {
-            self.transmit(now, TxRound::AfterRx, &mut work);
+            self.transmit(now, TxPass::AfterRx, &mut work);
         } else {
             self.flush_tx();
         }
@@ -113,7 +113,7 @@ impl RoceDevice {
     pub fn flush(&mut self) -> Work {
         let mut work = Work::default();
         let now = self.now();
-        self.transmit(now, TxRound::All, &mut work);
+        self.transmit(now, TxPass::All, &mut work);
         work
     }
 
@@ -157,7 +157,7 @@ impl RoceDevice {
 
     /// Frames from the transport (all, or without plain ACK/NAKs) up to the budget, bounded
     /// by frames still waiting for the PMD, then a TX burst.
-    pub(super) fn transmit(&mut self, now: Instant, round: TxRound, work: &mut Work) {
+    pub(super) fn transmit(&mut self, now: Instant, pass: TxPass, work: &mut Work) {
         if !self.dev.tx_ready() {
             self.flush_tx();
             return;
@@ -186,20 +186,8 @@ impl RoceDevice {
                 self.counters.tx_nombuf += 1;
                 break;
             };
-            let pass = match round {
-                TxRound::DataOnly => TxPass::DataOnly,
-                TxRound::All => TxPass::All,
-                TxRound::AfterRx => TxPass::AfterRx,
-            };
-            let r = match zc_min {
-                Some(min) => self.dev.poll_transmit_split(now, buf, pass, min),
-                None => match pass {
-                    TxPass::DataOnly => self.dev.poll_transmit_data(now, buf),
-                    TxPass::All => self.dev.poll_transmit(now, buf),
-                    TxPass::AfterRx => self.dev.poll_transmit_after_rx(now, buf),
-                }
-                .map(|len| TxFrame { len, payload: None }),
-            };
+            // No zero-copy minimum: every frame written whole, as by `poll_transmit`.
+            let r = self.dev.poll_transmit_split(now, buf, pass, zc_min.unwrap_or(usize::MAX));
             match r {
                 Some(f) => {
                     let _ = m.set_len(f.len as u16);
