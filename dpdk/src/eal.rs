@@ -5,33 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use dpdk_sys as sys;
 
-use crate::error::{Error, Result};
+use crate::devargs::{vdev_names, vdev_specs, VDEVS};
+use crate::error::{rte_errno, Error, Result};
+use crate::running::RUNNING;
 
 /// Set once `rte_eal_init` has been attempted successfully; never cleared (DPDK cannot re-init).
 static INIT_DONE: AtomicBool = AtomicBool::new(false);
-/// True between a successful init and cleanup: objects check it before touching DPDK in `Drop`.
-static RUNNING: AtomicBool = AtomicBool::new(false);
-
-/// True while EAL is initialised and not yet cleaned up.
-#[inline]
-pub fn is_running() -> bool {
-    RUNNING.load(Ordering::Acquire)
-}
-
-pub(crate) fn ensure_running() -> Result<()> {
-    if is_running() {
-        Ok(())
-    } else {
-        Err(Error::EalNotInitialized)
-    }
-}
-
-/// Current value of `rte_errno` on this thread.
-#[allow(unsafe_code)]
-pub fn rte_errno() -> i32 {
-    // SAFETY: reads a thread-local int through the shim.
-    unsafe { sys::droce_rte_errno() }
-}
 
 /// The initialised Environment Abstraction Layer. Dropping it waits for all worker lcores and
 /// calls `rte_eal_cleanup`.
@@ -212,46 +191,6 @@ fn guess_runtime_dir(args: &[String]) -> Option<std::path::PathBuf> {
     Some(std::path::Path::new(&base).join("dpdk").join(prefix))
 }
 
-/// Device arguments (`--vdev`, `-a`, `--allow`, `-b`, `--block`) as given, for messages.
-pub(crate) fn device_args(args: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        for opt in ["--vdev", "--allow", "--block", "-a", "-b"] {
-            if a == opt {
-                if let Some(v) = it.next() {
-                    out.push(v.clone());
-                }
-                break;
-            } else if let Some(v) = a.strip_prefix(opt).and_then(|r| r.strip_prefix('=')) {
-                out.push(v.to_string());
-                break;
-            } else if opt.len() == 2 && a.starts_with(opt) && a.len() > 2 && !a.starts_with("--") {
-                out.push(a[2..].to_string());
-                break;
-            }
-        }
-    }
-    out
-}
-
-/// Device names given with `--vdev X` / `--vdev=X` (the part before the first comma).
-fn vdev_names(args: &[String]) -> Vec<String> {
-    vdev_specs(args).iter().map(|spec| spec.split(',').next().unwrap_or("").trim().to_string()).filter(|n| !n.is_empty()).collect()
-}
-
-/// The `--vdev` strings EAL was started with (for [`vdev_args`]).
-static VDEVS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-
-/// The device arguments of vdev `name` as given to EAL (`role=client,socket=...`), if it was
-/// created from a `--vdev` of [`Eal::init`].
-pub fn vdev_args(name: &str) -> Option<String> {
-    VDEVS.get()?.iter().find_map(|spec| {
-        let (n, args) = spec.split_once(',').unwrap_or((spec.as_str(), ""));
-        (n.trim() == name).then(|| args.to_string())
-    })
-}
-
 /// Device arguments net_memif accepts (DPDK 22.11 `valid_arguments`).
 const MEMIF_KEYS: &[&str] = &["id", "role", "bsize", "rsize", "socket", "socket-abstract", "mac", "zero-copy", "secret"];
 
@@ -279,28 +218,9 @@ fn check_memif_args(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The device strings of `--vdev=X` / `--vdev X`, up to a `--`.
-fn vdev_specs(args: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let spec = if let Some(v) = a.strip_prefix("--vdev=") {
-            Some(v.to_string())
-        } else if a == "--vdev" {
-            it.next().cloned()
-        } else {
-            None
-        };
-        if let Some(spec) = spec {
-            out.push(spec);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{check_memif_args, vdev_names};
+    use super::check_memif_args;
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -313,14 +233,5 @@ mod tests {
         let e = check_memif_args(&args(&["--vdev", "net_memif1,role=client,sockett=/tmp/x"])).unwrap_err().to_string();
         assert!(e.contains("'sockett'") && e.contains("valid: id, role"), "{e}");
         assert!(check_memif_args(&args(&["--vdev=net_memif0,rolee"])).is_err());
-    }
-
-    #[test]
-    fn vdev_names_parsed() {
-        let a: Vec<String> = ["-l", "0", "--vdev=net_ring0", "--vdev", "net_memif0,role=server", "--no-pci"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(vdev_names(&a), vec!["net_ring0", "net_memif0"]);
     }
 }

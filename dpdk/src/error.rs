@@ -45,9 +45,16 @@ impl Error {
 
     /// Builds `Error::Dpdk` from a DPDK return value: negative errno or -1 with `rte_errno` set.
     pub(crate) fn from_ret(op: &'static str, ret: i32) -> Error {
-        let errno = if ret == -1 { crate::eal::rte_errno() } else { -ret };
+        let errno = if ret == -1 { rte_errno() } else { -ret };
         Error::Dpdk { op, errno: if errno == 0 { libc::EIO } else { errno } }
     }
+}
+
+/// Current value of `rte_errno` on this thread.
+#[allow(unsafe_code)]
+pub fn rte_errno() -> i32 {
+    // SAFETY: reads a thread-local int through the shim.
+    unsafe { sys::droce_rte_errno() }
 }
 
 /// DPDK's text for an errno value (covers both libc and `E_RTE_*` values).
@@ -71,7 +78,7 @@ impl fmt::Display for Error {
                 write!(f, "EAL initialisation failed: {} (errno {errno})", strerror(*errno))?;
                 if *errno == libc::ENODEV {
                     let words: Vec<String> = args.split_whitespace().map(str::to_string).collect();
-                    let devs = crate::eal::device_args(&words);
+                    let devs = crate::devargs::device_args(&words);
                     write!(
                         f,
                         ": a device argument names no driver or is malformed: [{}] (virtual devices look like \

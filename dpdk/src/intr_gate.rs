@@ -298,7 +298,7 @@ mod sys {
             // SAFETY: our own fd, registered nowhere.
             unsafe { libc::close(fd) };
             EFD.store(-1, Ordering::Release);
-            return Err(format!("rte_intr_callback_register: {}", crate::strerror(-r)));
+            return Err(format!("rte_intr_callback_register: {}", crate::error::strerror(-r)));
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ impl std::fmt::Display for LcoreId {
 #[allow(unsafe_code)]
 pub fn lcores() -> Vec<LcoreId> {
     let mut out = Vec::new();
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return out;
     }
     // SAFETY: EAL is running; rte_get_next_lcore(-1, 0, 0) starts from the first enabled lcore
@@ -47,7 +47,7 @@ pub fn worker_lcores() -> Vec<LcoreId> {
 /// The main lcore (the thread that ran `Eal::init`), `None` without EAL.
 #[allow(unsafe_code)]
 pub fn main_lcore() -> Option<LcoreId> {
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return None;
     }
     // SAFETY: EAL is running.
@@ -57,7 +57,7 @@ pub fn main_lcore() -> Option<LcoreId> {
 /// Number of enabled lcores.
 #[allow(unsafe_code)]
 pub fn lcore_count() -> u32 {
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return 0;
     }
     // SAFETY: EAL is running.
@@ -152,7 +152,7 @@ pub fn launch<F>(lcore: LcoreId, f: F) -> Result<LaunchHandle>
 where
     F: FnOnce() -> i32 + Send + 'static,
 {
-    crate::eal::ensure_running()?;
+    crate::running::ensure_running()?;
     if Some(lcore) == main_lcore() {
         return Err(Error::Lcore { lcore: lcore.0, reason: "is the main lcore; run the closure directly".into() });
     }
@@ -181,13 +181,13 @@ where
 /// that already has one gets it back unchanged. Call [`unregister_thread`] before the thread ends.
 #[allow(unsafe_code)]
 pub fn register_thread() -> Result<LcoreId> {
-    crate::eal::ensure_running()?;
+    crate::running::ensure_running()?;
     if let Some(l) = current_lcore() {
         return Ok(l);
     }
     // SAFETY: EAL is running; registers only the calling thread.
     if unsafe { sys::rte_thread_register() } != 0 {
-        return Err(Error::Dpdk { op: "rte_thread_register", errno: crate::eal::rte_errno() });
+        return Err(Error::Dpdk { op: "rte_thread_register", errno: crate::error::rte_errno() });
     }
     current_lcore().ok_or(Error::Lcore { lcore: u32::MAX, reason: "rte_thread_register gave no lcore id".into() })
 }
@@ -196,7 +196,7 @@ pub fn register_thread() -> Result<LcoreId> {
 /// threads you registered, never on an EAL lcore's own thread.
 #[allow(unsafe_code)]
 pub fn unregister_thread() {
-    if crate::eal::is_running() {
+    if crate::running::is_running() {
         // SAFETY: unregisters only the calling thread.
         unsafe { sys::rte_thread_unregister() }
     }

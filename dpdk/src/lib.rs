@@ -106,6 +106,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_debug_implementations)]
 
+mod devargs;
 #[allow(unsafe_code)]
 mod eal;
 #[allow(unsafe_code)]
@@ -120,6 +121,7 @@ mod mbuf;
 mod mempool;
 #[allow(unsafe_code)]
 mod port;
+mod running;
 #[allow(unsafe_code)]
 mod tsc;
 /// The one bring-up, poll loop, progress thread and verbs facade of every frontend.
@@ -131,8 +133,9 @@ pub use dpdk_sys as sys;
 /// Offload capability / enable bits (`RTE_ETH_{RX,TX}_OFFLOAD_*`).
 pub use dpdk_sys::consts as offload;
 
-pub use eal::{is_running, rte_errno, vdev_args, Eal};
-pub use error::{strerror, Error, Result};
+pub use devargs::vdev_args;
+pub use eal::Eal;
+pub use error::{rte_errno, strerror, Error, Result};
 pub use lcore::{
     current_lcore, launch, lcore_count, lcore_socket, lcores, main_lcore, register_thread, unregister_thread, worker_lcores,
     LaunchHandle, LcoreId,
@@ -143,4 +146,5 @@ pub use port::{
     port_by_name, port_count, port_ids, port_name, ConfiguredPort, MEMIF_RECONNECT_AFTER, LinkStatus, MacAddr, Port, PortConfig, PortId, PortInfo,
     PortStats, QueueId, Xstat,
 };
+pub use running::is_running;
 pub use tsc::{rdtsc, tsc_hz, Tsc, TscInstant};

@@ -4,8 +4,7 @@ use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
-use crate::error::{Error, Result};
-use crate::mempool::Mempool;
+use crate::error::Result;
 
 /// An owned `rte_mbuf` (one reference). `Drop` frees it back to its pool
 /// (`rte_pktmbuf_free`, whole chain). `#[repr(transparent)]` over a non-null pointer, so a
@@ -486,52 +485,6 @@ impl<const N: usize> MbufBatch<N> {
             unsafe { sys::rte_pktmbuf_free_bulk(self.pkts.as_mut_ptr(), n as u32) };
         }
         n
-    }
-
-    /// Allocates `n` fresh mbufs from `pool` at the end, all or nothing
-    /// (`rte_pktmbuf_alloc_bulk`). `n` is capped by the free slots.
-    #[inline]
-    pub fn alloc_bulk(&mut self, pool: &Mempool, n: usize) -> Result<usize> {
-        let n = n.min(N - self.len);
-        if n == 0 {
-            return Ok(0);
-        }
-        // SAFETY: slots len..len+n are free and inside the array; the pool is live.
-        let r = unsafe { sys::droce_rte_pktmbuf_alloc_bulk(pool.as_ptr(), self.pkts.as_mut_ptr().add(self.len), n as u32) };
-        if r != 0 {
-            return Err(Error::NoMbufs);
-        }
-        self.len += n;
-        Ok(n)
-    }
-
-    /// Allocates `n` mbufs (capped by the free slots) as single-segment frames of `len` bytes
-    /// whose first bytes are `hdr`, all or nothing: a transmit generator's burst in one pass
-    /// (mempool get, the reset fields, the header copy), as dpdk-testpmd's txonly builds its
-    /// bursts. The rest of each frame is whatever the mbuf held. Fails with
-    /// [`Error::NoMbufs`], or [`Error::InvalidArgument`] when `len` is shorter than `hdr` or does not
-    /// fit the pool's data room.
-    #[inline]
-    pub fn alloc_frames(&mut self, pool: &Mempool, n: usize, hdr: &[u8], len: u16) -> Result<usize> {
-        let n = n.min(N - self.len);
-        if n == 0 {
-            return Ok(0);
-        }
-        let room = pool.data_room_size() as usize;
-        if hdr.len() > len as usize || len as usize + sys::RTE_PKTMBUF_HEADROOM as usize > room {
-            return Err(Error::InvalidArgument(format!("frame of {len} B with a {} B header in a {room} B data room", hdr.len())));
-        }
-        // SAFETY: slots len..len+n are free and inside the array; the pool is live; every
-        // frame fits the data room (checked above) and hdr is readable for hdr.len() bytes.
-        let r = unsafe {
-            // hdr.len() <= len fits a u16
-            sys::droce_tx_alloc_fill(pool.as_ptr(), self.pkts.as_mut_ptr().add(self.len), n as u32, hdr.as_ptr(), hdr.len() as u16, len)
-        };
-        if r != 0 {
-            return Err(Error::NoMbufs);
-        }
-        self.len += n;
-        Ok(n)
     }
 
     /// Raw pointer to slot 0 and the free tail, for the burst calls.

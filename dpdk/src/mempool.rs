@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use dpdk_sys as sys;
 
 use crate::error::{Error, Result};
-use crate::mbuf::Mbuf;
+use crate::mbuf::{Mbuf, MbufBatch};
 
 /// `RTE_MEMPOOL_NAMESIZE` in 22.11 (32 - "RG_" - "MP_"), a macro bindgen cannot evaluate.
 const MEMPOOL_NAMESIZE: usize = 26;
@@ -61,7 +61,7 @@ unsafe impl Sync for Mempool {}
 impl Mempool {
     /// Creates a packet-mbuf pool named `name` (unique per process, < 26 bytes).
     pub fn create(name: &str, cfg: &MempoolConfig) -> Result<Mempool> {
-        crate::eal::ensure_running()?;
+        crate::running::ensure_running()?;
         if name.len() >= MEMPOOL_NAMESIZE {
             return Err(Error::InvalidArgument(format!("mempool name '{name}' too long (max {} bytes)", MEMPOOL_NAMESIZE - 1)));
         }
@@ -75,7 +75,7 @@ impl Mempool {
         };
         NonNull::new(p)
             .map(|raw| Mempool { raw })
-            .ok_or(Error::Dpdk { op: "rte_pktmbuf_pool_create", errno: crate::eal::rte_errno() })
+            .ok_or(Error::Dpdk { op: "rte_pktmbuf_pool_create", errno: crate::error::rte_errno() })
     }
 
     /// Raw pointer for dpdk-sys calls.
@@ -144,7 +144,7 @@ impl Mempool {
 impl Drop for Mempool {
     #[allow(unsafe_code)]
     fn drop(&mut self) {
-        if !crate::eal::is_running() {
+        if !crate::running::is_running() {
             return; // EAL cleanup already released its memory
         }
         let in_use = self.in_use_count();
@@ -154,5 +154,58 @@ impl Drop for Mempool {
         }
         // SAFETY: the pool is live and no mbuf from it is outstanding.
         unsafe { sys::rte_mempool_free(self.raw.as_ptr()) }
+    }
+}
+
+/// A batch's bulk fills are the pool's work (the pool makes mbufs; `mbuf.rs` knows a pool
+/// only as the raw pointer inside each mbuf), so they stand here, beside `Mempool::alloc`.
+#[allow(unsafe_code)]
+impl<const N: usize> MbufBatch<N> {
+    /// Allocates `n` fresh mbufs from `pool` at the end, all or nothing
+    /// (`rte_pktmbuf_alloc_bulk`). `n` is capped by the free slots.
+    #[inline]
+    pub fn alloc_bulk(&mut self, pool: &Mempool, n: usize) -> Result<usize> {
+        let n = n.min(self.free_slots());
+        if n == 0 {
+            return Ok(0);
+        }
+        let (pkts, len) = self.raw_parts();
+        // SAFETY: slots len..len+n are free and inside the array; the pool is live.
+        let r = unsafe { sys::droce_rte_pktmbuf_alloc_bulk(pool.as_ptr(), pkts.add(len), n as u32) };
+        if r != 0 {
+            return Err(Error::NoMbufs);
+        }
+        self.grow(n);
+        Ok(n)
+    }
+
+    /// Allocates `n` mbufs (capped by the free slots) as single-segment frames of `len` bytes
+    /// whose first bytes are `hdr`, all or nothing: a transmit generator's burst in one pass
+    /// (mempool get, the reset fields, the header copy), as dpdk-testpmd's txonly builds its
+    /// bursts. The rest of each frame is whatever the mbuf held. Fails with
+    /// [`Error::NoMbufs`], or [`Error::InvalidArgument`] when `len` is shorter than `hdr` or does not
+    /// fit the pool's data room.
+    #[inline]
+    pub fn alloc_frames(&mut self, pool: &Mempool, n: usize, hdr: &[u8], len: u16) -> Result<usize> {
+        let n = n.min(self.free_slots());
+        if n == 0 {
+            return Ok(0);
+        }
+        let room = pool.data_room_size() as usize;
+        if hdr.len() > len as usize || len as usize + sys::RTE_PKTMBUF_HEADROOM as usize > room {
+            return Err(Error::InvalidArgument(format!("frame of {len} B with a {} B header in a {room} B data room", hdr.len())));
+        }
+        let (pkts, held) = self.raw_parts();
+        // SAFETY: slots held..held+n are free and inside the array; the pool is live; every
+        // frame fits the data room (checked above) and hdr is readable for hdr.len() bytes.
+        let r = unsafe {
+            // hdr.len() <= len fits a u16
+            sys::droce_tx_alloc_fill(pool.as_ptr(), pkts.add(held), n as u32, hdr.as_ptr(), hdr.len() as u16, len)
+        };
+        if r != 0 {
+            return Err(Error::NoMbufs);
+        }
+        self.grow(n);
+        Ok(n)
     }
 }

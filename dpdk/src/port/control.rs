@@ -125,7 +125,7 @@ impl Port {
     pub(super) fn wait_link(&self, timeout: std::time::Duration, reconnect: bool) -> Result<bool> {
         let memif_client = reconnect
             && self.info().map(|i| i.driver_name == "net_memif").unwrap_or(false)
-            && port_name(self.id).ok().and_then(|n| crate::eal::vdev_args(&n)).is_some_and(|a| a.split(',').any(|kv| kv.trim() == "role=client"));
+            && port_name(self.id).ok().and_then(|n| crate::devargs::vdev_args(&n)).is_some_and(|a| a.split(',').any(|kv| kv.trim() == "role=client"));
         let t0 = std::time::Instant::now();
         let mut since = t0;
         let mut every = MEMIF_RECONNECT_AFTER;

@@ -70,7 +70,7 @@ impl std::str::FromStr for MacAddr {
 /// Number of available ports (`rte_eth_dev_count_avail`); 0 without EAL.
 #[allow(unsafe_code)]
 pub fn port_count() -> u16 {
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return 0;
     }
     // SAFETY: EAL is running.
@@ -81,7 +81,7 @@ pub fn port_count() -> u16 {
 #[allow(unsafe_code)]
 pub fn port_ids() -> Vec<PortId> {
     let mut out = Vec::new();
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return out;
     }
     // SAFETY: EAL is running; rte_eth_find_next returns RTE_MAX_ETHPORTS when done.
@@ -97,7 +97,7 @@ pub fn port_ids() -> Vec<PortId> {
 /// The port whose device name is `name` (e.g. "net_ring0").
 #[allow(unsafe_code)]
 pub fn port_by_name(name: &str) -> Option<PortId> {
-    if !crate::eal::is_running() {
+    if !crate::running::is_running() {
         return None;
     }
     let c = CString::new(name).ok()?;
@@ -123,7 +123,7 @@ pub fn port_name(port: PortId) -> Result<String> {
 
 #[allow(unsafe_code)]
 fn check_port(port: PortId) -> Result<()> {
-    crate::eal::ensure_running()?;
+    crate::running::ensure_running()?;
     // SAFETY: any u16 may be asked.
     if unsafe { sys::rte_eth_dev_is_valid_port(port.0) } == 1 {
         Ok(())
