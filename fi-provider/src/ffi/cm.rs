@@ -112,7 +112,7 @@ pub(crate) unsafe extern "C" fn pep_open(_f: *mut fid_fabric, info: *mut fi_info
         }
         src.sa.set_ip(local.ip);
         let b = Box::new(PepObj {
-            p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&super::ep::EP_OPS), cm: ops_ptr(&CM_OPS) },
+            p: fid_pep { fid: fid { fclass: FI_CLASS_PEP as usize, context, ops: ops_ptr(&PEP_FI_OPS) }, ops: ops_ptr(&super::ep_obj::EP_OPS), cm: ops_ptr(&CM_OPS) },
             id: 0,
             v6: v.as_ref().is_some_and(|v| v.v6),
             // SAFETY: info is NULL or the caller's valid fi_info; fi_dupinfo deep-copies it.
@@ -158,6 +158,19 @@ pub(super) unsafe extern "C" fn pep_bind(f: *mut fid, bfid: *mut fid, _flags: u6
         }
     })
 }
+
+pub(super) static CM_OPS: fi_ops_cm = fi_ops_cm {
+    size: std::mem::size_of::<fi_ops_cm>(),
+    setname: Some(setname),
+    getname: Some(getname),
+    getpeer: Some(getpeer),
+    connect: Some(connect),
+    listen: Some(listen),
+    accept: Some(accept),
+    reject: Some(reject),
+    shutdown: Some(shutdown),
+    join: nosys!(fn(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int),
+};
 
 pub(super) unsafe extern "C" fn getname(f: fid_t, addr: *mut c_void, addrlen: *mut usize) -> c_int {
     guard(EOTHER_I, || {

@@ -1,17 +1,11 @@
 //! Active endpoints (FI_EP_MSG on RC, FI_EP_DGRAM on UD): their ops tables, open, close,
-//! bind, control and options. The operations themselves are in `msg`, `atomic` and `cm`.
+//! bind and control. The operations themselves are in `msg`, `atomic` and `cm`; the endpoint
+//! object and the options, which passive endpoints share, in `ep_obj`.
 
 use super::sys::*;
 use super::*;
-use crate::engine::{self, Engine, Id};
+use crate::engine;
 use crate::info as pinfo;
-
-#[repr(C)]
-pub(crate) struct EpObj {
-    pub(crate) e: fid_ep,
-    pub(crate) id: Id,
-}
-const _: () = assert!(std::mem::offset_of!(EpObj, e) == 0);
 
 pub(super) static EP_FI_OPS: fi_ops = fi_ops {
     size: std::mem::size_of::<fi_ops>(),
@@ -21,31 +15,6 @@ pub(super) static EP_FI_OPS: fi_ops = fi_ops {
     ops_open: nosys!(fn(*mut fid, *const c_char, u64, *mut *mut c_void, *mut c_void) -> c_int),
     tostr: nosys!(fn(*const fid, *mut c_char, usize) -> c_int),
     ops_set: nosys!(fn(*mut fid, *const c_char, u64, *mut c_void, *mut c_void) -> c_int),
-};
-
-/// The endpoint operations of an active endpoint and of a passive one alike (options only).
-pub(super) static EP_OPS: fi_ops_ep = fi_ops_ep {
-    size: std::mem::size_of::<fi_ops_ep>(),
-    cancel: nosys!(fn(fid_t, *mut c_void) -> isize),
-    getopt: Some(getopt),
-    setopt: Some(setopt),
-    tx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_tx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
-    rx_ctx: nosys!(fn(*mut fid_ep, c_int, *mut fi_rx_attr, *mut *mut fid_ep, *mut c_void) -> c_int),
-    rx_size_left: nosys!(fn(*mut fid_ep) -> isize),
-    tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
-};
-
-pub(super) static CM_OPS: fi_ops_cm = fi_ops_cm {
-    size: std::mem::size_of::<fi_ops_cm>(),
-    setname: Some(setname),
-    getname: Some(getname),
-    getpeer: Some(getpeer),
-    connect: Some(connect),
-    listen: Some(listen),
-    accept: Some(accept),
-    reject: Some(reject),
-    shutdown: Some(shutdown),
-    join: nosys!(fn(*mut fid_ep, *const c_void, u64, *mut *mut fid_mc, *mut c_void) -> c_int),
 };
 
 pub(super) static MSG_OPS: fi_ops_msg = fi_ops_msg {
@@ -103,10 +72,6 @@ pub(super) static ATOMIC_OPS: fi_ops_atomic = fi_ops_atomic {
     readwritevalid: Some(atomic_readwritevalid),
     compwritevalid: Some(atomic_compwritevalid),
 };
-
-pub(super) fn engine_or<R>(err: R) -> Result<std::sync::MutexGuard<'static, Engine>, R> {
-    open_engine().map_err(|_| err)
-}
 
 pub(crate) unsafe extern "C" fn ep_open(_d: *mut fid_domain, info: *mut fi_info, ep: *mut *mut fid_ep, context: *mut c_void) -> c_int {
     guard(EOTHER_I, || {
@@ -172,30 +137,9 @@ pub(crate) fn is_our_ep(f: *const fid) -> bool {
     opt(f).is_some_and(|r| r.fclass == FI_CLASS_EP as usize && std::ptr::eq(r.ops, &EP_FI_OPS))
 }
 
-pub(super) fn ep_obj(ep: *const fid_ep) -> Option<&'static EpObj> {
-    opt(ep as *const EpObj)
-}
-
 pub(super) unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
     // SAFETY: f is the fid of an EpObj from ep_open, closed once by the application.
     unsafe { close_boxed(f, |e, b: &EpObj| { e.close_ep(b.id); }) }
-}
-
-pub(super) fn bound_id(f: *mut fid) -> Option<(u32, Id)> {
-    let c = opt(f)?.fclass as u32;
-    // SAFETY: fids of these classes are ours and sit first in their objects.
-    let id = unsafe {
-        match c {
-            FI_CLASS_CQ => (*(f as *const CqObj)).id,
-            FI_CLASS_EQ => (*(f as *const EqObj)).id,
-            FI_CLASS_CNTR => (*(f as *const CntrObj)).id,
-            FI_CLASS_AV => (*(f as *const AvObj)).id,
-            FI_CLASS_SRX_CTX => (*(f as *const EpObj)).id,
-            FI_CLASS_STX_CTX => (*(f as *const StxObj)).id,
-            _ => return None,
-        }
-    };
-    Some((c, id))
 }
 
 pub(super) unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
@@ -280,68 +224,6 @@ pub(super) unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mu
                 0
             }
             _ => -(FI_ENOSYS as c_int),
-        }
-    })
-}
-
-pub(super) unsafe extern "C" fn getopt(f: fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> c_int {
-    guard(EOTHER_I, || {
-        if level as u32 != FI_OPT_ENDPOINT {
-            return -(FI_ENOPROTOOPT as c_int);
-        }
-        if optname as u32 == FI_OPT_CM_DATA_SIZE {
-            if optval.is_null() || optlen.is_null() {
-                return -(FI_EINVAL as c_int);
-            }
-            // SAFETY: FI_OPT_CM_DATA_SIZE takes a size_t* and its length.
-            unsafe {
-                if *optlen < std::mem::size_of::<usize>() {
-                    return -(FI_ETOOSMALL as c_int);
-                }
-                *(optval as *mut usize) = pinfo::CM_DATA_SIZE as usize;
-                *optlen = std::mem::size_of::<usize>();
-            }
-            return 0;
-        }
-        if optname as u32 == FI_OPT_MIN_MULTI_RECV {
-            let Some(o) = ep_obj(f as *const fid_ep).filter(|_| opt(f).is_some_and(|x| x.fclass as u32 == FI_CLASS_EP)) else { return -(FI_ENOPROTOOPT as c_int) };
-            let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
-            let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as c_int) };
-            if optval.is_null() || optlen.is_null() {
-                return -(FI_EINVAL as c_int);
-            }
-            // SAFETY: FI_OPT_MIN_MULTI_RECV takes a size_t* and its length.
-            unsafe {
-                if *optlen < std::mem::size_of::<usize>() {
-                    return -(FI_ETOOSMALL as c_int);
-                }
-                *(optval as *mut usize) = x.min_multi_recv as usize;
-                *optlen = std::mem::size_of::<usize>();
-            }
-            return 0;
-        }
-        -(FI_ENOPROTOOPT as c_int)
-    })
-}
-
-pub(super) unsafe extern "C" fn setopt(f: fid_t, level: c_int, optname: c_int, optval: *const c_void, optlen: usize) -> c_int {
-    guard(EOTHER_I, || {
-        if level as u32 != FI_OPT_ENDPOINT || optname as u32 != FI_OPT_MIN_MULTI_RECV {
-            return -(FI_ENOPROTOOPT as c_int);
-        }
-        let Some(o) = ep_obj(f as *const fid_ep).filter(|_| opt(f).is_some_and(|x| x.fclass as u32 == FI_CLASS_EP)) else { return -(FI_ENOPROTOOPT as c_int) };
-        if optval.is_null() || optlen < std::mem::size_of::<usize>() {
-            return -(FI_EINVAL as c_int);
-        }
-        // SAFETY: FI_OPT_MIN_MULTI_RECV takes a size_t* and its length (checked).
-        let v = unsafe { *(optval as *const usize) } as u64;
-        let Some(mut e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
-        match e.eps.get_mut(&o.id) {
-            Some(x) => {
-                x.min_multi_recv = v;
-                0
-            }
-            None => -(FI_EINVAL as c_int),
         }
     })
 }

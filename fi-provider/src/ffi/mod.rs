@@ -3,10 +3,8 @@
 //! every unsupported op is [`enosys`] through the `nosys!` macro, and every `extern "C"` entry
 //! runs its body under [`guard`] so that a panic becomes `-FI_EOTHER`, never an unwind into C.
 
-pub mod sys {
-    #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, dead_code, clippy::all)]
-    include!(concat!(env!("OUT_DIR"), "/fabric.rs"));
-}
+/// The bindgen view of the libfabric headers.
+pub mod sys;
 
 // One file per libfabric object family; each converts pointers and calls the engine.
 mod atomic;
@@ -16,16 +14,17 @@ mod cntr;
 mod cq;
 mod domain;
 mod ep;
+mod ep_obj;
 mod eq;
 mod mr;
 mod msg;
 mod srx;
 mod wait;
 
-use self::{atomic::*, av::*, cm::*, cntr::*, cq::*, domain::*, ep::*, eq::*, mr::*, msg::*, srx::*, wait::*};
+use self::{atomic::*, av::*, cm::*, cntr::*, cq::*, domain::*, ep::*, ep_obj::*, eq::*, mr::*, msg::*, srx::*, wait::*};
 
 use crate::addr::EpAddr;
-use crate::engine::{self, Errno};
+use crate::engine::{self, Engine, Errno, Id};
 use crate::info::{self, Hints, Info, Query};
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
@@ -76,6 +75,23 @@ pub(crate) fn opt<T>(p: *const T) -> Option<&'static T> {
     // SAFETY: libfabric passes NULL or a valid object that outlives the call; the reference
     // is only used during the call.
     unsafe { p.as_ref() }
+}
+
+pub(super) fn bound_id(f: *mut fid) -> Option<(u32, Id)> {
+    let c = opt(f)?.fclass as u32;
+    // SAFETY: fids of these classes are ours and sit first in their objects.
+    let id = unsafe {
+        match c {
+            FI_CLASS_CQ => (*(f as *const CqObj)).id,
+            FI_CLASS_EQ => (*(f as *const EqObj)).id,
+            FI_CLASS_CNTR => (*(f as *const CntrObj)).id,
+            FI_CLASS_AV => (*(f as *const AvObj)).id,
+            FI_CLASS_SRX_CTX => (*(f as *const EpObj)).id,
+            FI_CLASS_STX_CTX => (*(f as *const StxObj)).id,
+            _ => return None,
+        }
+    };
+    Some((c, id))
 }
 
 pub(crate) fn cstr(p: *const c_char) -> Option<String> {
@@ -518,3 +534,8 @@ pub(crate) fn open_engine() -> Result<std::sync::MutexGuard<'static, engine::Eng
         FI_ENODEV
     })
 }
+
+pub(super) fn engine_or<R>(err: R) -> Result<std::sync::MutexGuard<'static, Engine>, R> {
+    open_engine().map_err(|_| err)
+}
+
