@@ -7,6 +7,9 @@
 //! before it calls in here, so an error from the embedder means the region and the backing
 //! store disagree (and is reported as a local protection or remote access error).
 
+use crate::status::WcStatus;
+use crate::verbs::Sge;
+
 /// The embedder could not reach `(addr, len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryError;
@@ -227,4 +230,44 @@ mod tests {
         assert_eq!(Plain(v.clone()).crc32(0x1000 + 60, 8, 0), Err(MemoryError));
         assert_eq!(Plain(v).write_crc(0x1000 + 60, &[0; 8], 0), Err(MemoryError));
     }
+}
+
+/// Copy `data` into a scatter list starting at byte `offset` of the list.
+pub(crate) fn scatter<M: Memory>(
+    mem: &mut M,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), WcStatus> {
+    let placed = scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr))?;
+    if placed {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
+/// Walk a scatter list from byte `offset` of the list and hand `put` each piece of `data`
+/// with the address it belongs at. `Ok(false)`: the list ended before `data` did.
+pub(crate) fn scatter_with<E>(
+    sges: &[Sge],
+    mut offset: u64,
+    mut data: &[u8],
+    mut put: impl FnMut(u64, &[u8]) -> Result<(), E>,
+) -> Result<bool, E> {
+    for sge in sges {
+        if data.is_empty() {
+            break;
+        }
+        let l = sge.length as u64;
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = ((l - offset) as usize).min(data.len());
+        put(sge.addr + offset, &data[..n])?;
+        data = &data[n..];
+        offset = 0;
+    }
+    Ok(data.is_empty())
 }

@@ -311,8 +311,8 @@ fn fusable(op: Opcode) -> bool {
     )
 }
 
-fn request_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> responder::Request<'a> {
-    responder::Request {
+fn request_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> crate::rc::Request<'a> {
+    crate::rc::Request {
         opcode: repr.bth.opcode,
         psn: repr.bth.psn,
         ack_req: repr.bth.ack_req,
@@ -325,10 +325,10 @@ fn request_of<'a>(repr: &RoceRepr, payload: &'a [u8]) -> responder::Request<'a> 
     }
 }
 
-/// [`completer::scatter`] with [`Memory::write_crc`]: `data` into a scatter list from byte
+/// [`scatter`](crate::memory::scatter) with [`Memory::write_crc`]: `data` into a scatter list from byte
 /// `offset`, continuing CRC `crc` over it.
 fn scatter_crc<M: Memory>(mem: &mut M, sges: &[Sge], offset: u64, data: &[u8], mut crc: u32) -> Result<u32, MemoryError> {
-    let placed = crate::rc::completer::scatter_with(sges, offset, data, |addr, chunk| {
+    let placed = crate::memory::scatter_with(sges, offset, data, |addr, chunk| {
         crc = mem.write_crc(addr, chunk, crc)?;
         Ok(())
     })?;

@@ -4,7 +4,7 @@
 
 use super::Effects;
 use crate::counters::Counters;
-use crate::memory::Memory;
+use crate::memory::{scatter, Memory};
 use crate::qp::attr::{ack_timeout_duration, rnr_timer_duration, RNR_RETRY_INFINITE};
 use crate::qp::Qp;
 use crate::status::{NakCode, WcStatus};
@@ -347,46 +347,6 @@ fn read_response<M: Memory>(
         complete_front(qp, WcStatus::Success, fx);
     }
     progress(qp, now);
-}
-
-/// Copy `data` into a scatter list starting at byte `offset` of the list.
-pub(crate) fn scatter<M: Memory>(
-    mem: &mut M,
-    sges: &[crate::verbs::Sge],
-    offset: u64,
-    data: &[u8],
-) -> Result<(), WcStatus> {
-    let placed = scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr))?;
-    if placed {
-        Ok(())
-    } else {
-        Err(WcStatus::LocLenErr)
-    }
-}
-
-/// Walk a scatter list from byte `offset` of the list and hand `put` each piece of `data`
-/// with the address it belongs at. `Ok(false)`: the list ended before `data` did.
-pub(crate) fn scatter_with<E>(
-    sges: &[crate::verbs::Sge],
-    mut offset: u64,
-    mut data: &[u8],
-    mut put: impl FnMut(u64, &[u8]) -> Result<(), E>,
-) -> Result<bool, E> {
-    for sge in sges {
-        if data.is_empty() {
-            break;
-        }
-        let l = sge.length as u64;
-        if offset >= l {
-            offset -= l;
-            continue;
-        }
-        let n = ((l - offset) as usize).min(data.len());
-        put(sge.addr + offset, &data[..n])?;
-        data = &data[n..];
-        offset = 0;
-    }
-    Ok(data.is_empty())
 }
 
 /// The local ACK timer expired (9.7.6.1.3): go back to the oldest unacknowledged PSN, or

@@ -8,10 +8,24 @@ pub mod requester;
 pub mod responder;
 
 use crate::status::WcStatus;
-use crate::types::{Psn, Qpn};
+use crate::types::{Psn, Qpn, Rkey};
 use crate::verbs::{CqHandle, WorkCompletion};
-use crate::wire::ExtReprs;
+use crate::wire::{AtomicEthRepr, ExtReprs, RethRepr};
 use crate::wire::opcode::Opcode;
+
+/// A request packet as the responder needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    pub opcode: Opcode,
+    pub psn: Psn,
+    pub ack_req: bool,
+    pub solicited: bool,
+    pub reth: Option<RethRepr>,
+    pub atomic: Option<AtomicEthRepr>,
+    pub immdt: Option<u32>,
+    pub ieth: Option<Rkey>,
+    pub payload: &'a [u8],
+}
 
 /// Where the payload of an outgoing packet comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 //! window `(epsn, epsn + window]`, each at most one path MTU long: its memory is bounded by
 //! `window * mtu` per QP.
 
-use super::responder::Request;
+use super::Request;
 use crate::types::Psn;
 use std::collections::VecDeque;
 

@@ -5,38 +5,24 @@
 //! in PSN order and sent by `next_reply`.
 
 use super::reorder::{ReorderBuffer, REORDER_THRESHOLD};
-use super::{packets_for, Effects, Payload, TxPkt};
+use super::{packets_for, Effects, Payload, Request, TxPkt};
 use crate::counters::Counters;
-use crate::memory::Memory;
+use crate::memory::{scatter, Memory};
 use crate::qp::Qp;
 use crate::rc::requester::MAX_PKTS_PER_ACK;
 use crate::slab::Slab;
 use crate::status::{ResponderError, WcOpcode, WcStatus};
 use crate::time::{Duration, Instant};
 use crate::timer::Timer;
-use crate::types::{Msn, Psn, Rkey};
+use crate::types::{Msn, Psn};
 use crate::verbs::mr::lookup_rkey;
 use crate::verbs::{AccessFlags, MemoryRegion, RecvWqe, SharedReceiveQueue, SrqHandle, WcFlags, WorkCompletion};
 use crate::wire::opcode::Opcode;
-use crate::wire::{AethRepr, AethSyndrome, AtomicAckEthRepr, AtomicEthRepr, RethRepr};
+use crate::wire::{AethRepr, AethSyndrome, AtomicAckEthRepr};
 use std::collections::VecDeque;
 
 /// AETH credit code 31: unlimited credits, what rxe always advertises (vector A1).
 pub const CREDITS_UNLIMITED: u8 = 31;
-
-/// A request packet as the responder needs it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request<'a> {
-    pub opcode: Opcode,
-    pub psn: Psn,
-    pub ack_req: bool,
-    pub solicited: bool,
-    pub reth: Option<RethRepr>,
-    pub atomic: Option<AtomicEthRepr>,
-    pub immdt: Option<u32>,
-    pub ieth: Option<Rkey>,
-    pub payload: &'a [u8],
-}
 
 #[derive(Debug, Clone)]
 pub(crate) struct CurRecv {
@@ -379,7 +365,7 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
     if is_send(r.opcode) {
         let rcv = qp.resp.recv.as_mut().ok_or(op_err)?;
         if !ctx.placed {
-            super::completer::scatter(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload).map_err(|_| op_err)?;
+            scatter(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload).map_err(|_| op_err)?;
         }
         rcv.offset += r.payload.len() as u64;
         if ends(r.opcode) {

@@ -127,8 +127,8 @@ pub(crate) fn receive<M: Memory>(
         let mut grh = [0u8; GRH_LEN];
         let n = ip_header.len().min(GRH_LEN);
         grh[GRH_LEN - n..].copy_from_slice(&ip_header[..n]);
-        let r = crate::rc::completer::scatter(mem, wqe.sges.as_slice(), 0, &grh)
-            .and_then(|()| crate::rc::completer::scatter(mem, wqe.sges.as_slice(), GRH_LEN as u64, payload));
+        let r = crate::memory::scatter(mem, wqe.sges.as_slice(), 0, &grh)
+            .and_then(|()| crate::memory::scatter(mem, wqe.sges.as_slice(), GRH_LEN as u64, payload));
         if let Err(st) = r {
             wc.status = st;
         }
