@@ -97,6 +97,17 @@ fn multi_recv_buffers_fill_in_order_wait_set() {
         let mut optlen = std::mem::size_of::<usize>();
         assert_eq!(((*(*b).ops).getopt.unwrap())(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &mut min as *mut usize as *mut c_void, &mut optlen), 0);
         assert_eq!(min, 64);
+        // a size_t option: too short a buffer and a null pointer are refused; FI_OPT_CM_DATA_SIZE
+        // is the provider's CM data limit, and optlen comes back as the size written
+        let getopt = (*(*b).ops).getopt.unwrap();
+        let mut short = 4usize;
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &mut min as *mut usize as *mut c_void, &mut short), -(FI_ETOOSMALL as i32));
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, null_mut(), &mut optlen), -(FI_EINVAL as i32));
+        let mut cm_data = [0usize; 2];
+        optlen = std::mem::size_of_val(&cm_data);
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_CM_DATA_SIZE as i32, cm_data.as_mut_ptr() as *mut c_void, &mut optlen), 0);
+        assert_eq!((cm_data, optlen), ([54, 0], std::mem::size_of::<usize>()));
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_CM_DATA_SIZE as i32, null_mut(), &mut optlen), -(FI_EINVAL as i32));
         let want = 1024usize;
         assert_eq!(((*(*b).ops).setopt.unwrap())(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &want as *const usize as *const c_void, optlen), 0);
 
