@@ -112,8 +112,11 @@ static ucs_status_t droce_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t heade
                                           &header, sizeof(header), &iov, 1, 0, NULL);
 }
 
-static ucs_status_t droce_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
-                                          size_t iovcnt)
+/* An active message whose payload is an iov list: copied now (short), or read from the
+ * registered buffers until the send completes through `comp` (zcopy). */
+static ucs_status_t droce_ep_am_iov(uct_ep_h tl_ep, uint8_t id, const void *header,
+                                    unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
+                                    int zcopy, uct_completion_t *comp)
 {
     droce_iov_t flat[DROCE_MAX_IOV];
     size_t n;
@@ -125,7 +128,13 @@ static ucs_status_t droce_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_
         return status;
     }
     return (ucs_status_t)droce_rs_am_send(DROCE_EP_IFACE(tl_ep)->rs, DROCE_EP(tl_ep)->rs, id,
-                                          NULL, 0, flat, n, 0, NULL);
+                                          header, header_length, flat, n, zcopy, comp);
+}
+
+static ucs_status_t droce_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
+                                          size_t iovcnt)
+{
+    return droce_ep_am_iov(tl_ep, id, NULL, 0, iov, iovcnt, 0, NULL);
 }
 
 static ssize_t droce_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb,
@@ -139,17 +148,7 @@ static ucs_status_t droce_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *he
                                       unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
                                       unsigned flags, uct_completion_t *comp)
 {
-    droce_iov_t flat[DROCE_MAX_IOV];
-    size_t n;
-    ucs_status_t status;
-
-    UCT_CHECK_AM_ID(id);
-    status = droce_flatten_iov(iov, iovcnt, flat, &n);
-    if (status != UCS_OK) {
-        return status;
-    }
-    return (ucs_status_t)droce_rs_am_send(DROCE_EP_IFACE(tl_ep)->rs, DROCE_EP(tl_ep)->rs, id,
-                                          header, header_length, flat, n, 1, comp);
+    return droce_ep_am_iov(tl_ep, id, header, header_length, iov, iovcnt, 1, comp);
 }
 
 static ucs_status_t droce_ep_put_short(uct_ep_h tl_ep, const void *buffer, unsigned length,
