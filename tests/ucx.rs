@@ -230,35 +230,7 @@ fn failed_ud_peer_surfaces_as_endpoint_timeout() {
     if !tools() {
         return;
     }
-    let _g = serial();
-    let e = pair_env(&unique("ucxuddie"), &[("UCX_LOG_FILE", "stderr")]);
-    let _locks = LinkLocks::of(&e);
-    let port = free_port();
-    let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_ud")), &e, DEADLINE);
-    let t0 = Instant::now();
-    while !tcp_listening(port) && srv.running() && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x droce_ud -t am_bw -s 512 -n 100000000"));
-    let mut cli = Proc::spawn("client", &cmd, &e, Duration::from_secs(60));
-    let t0 = Instant::now();
-    while !cli.output().contains("Message size") && cli.running() && t0.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(500));
-    drop(srv); // SIGTERM, then SIGKILL, to the server's process group
-    let killed = Instant::now();
-    while cli.running() && killed.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let seen = killed.elapsed();
-    let d = cli.finish();
-    assert!(d.out.contains("Endpoint timeout"), "no endpoint failure reported {seen:?} after the peer died:\n{}", d.show());
-    // nobody handles endpoint errors in UCT-level perftest: the process ends, status 1, no core
-    // (UCX's RDMA transports abort here, its tcp transport waits forever)
-    assert_eq!(d.code, Some(1), "the survivor must end by itself with status 1:\n{}", d.show());
-    assert!(d.out.contains("the application handles no endpoint errors"), "{}", d.show());
-    assert!(seen < Duration::from_secs(15), "the failure took {seen:?}");
+    peer_death_fails_the_endpoint("ucxuddie", "droce_ud", "-t am_bw -s 512", &[("UCX_LOG_FILE", "stderr")]);
 }
 
 /// droce_ud is reliable: with 3% of the received frames dropped on both sides (DROCE_FAULTS),
@@ -347,16 +319,23 @@ fn failed_peer_surfaces_as_endpoint_timeout() {
     if !tools() {
         return;
     }
+    peer_death_fails_the_endpoint("ucxdie", "droce_rc", "-t put_bw -s 65536 -D zcopy", &[]);
+}
+
+/// A ucx_perftest pair over transport `tl`, the client streaming `test`; the server is killed
+/// once the client runs. The client must see "Endpoint timeout" within 15 s and end by itself
+/// with status 1.
+fn peer_death_fails_the_endpoint(tag: &str, tl: &str, test: &str, env: &[(&str, &str)]) {
     let _g = serial();
-    let e = pair_env(&unique("ucxdie"), &[]);
+    let e = pair_env(&unique(tag), env);
     let _locks = LinkLocks::of(&e);
     let port = free_port();
-    let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x droce_rc")), &e, DEADLINE);
+    let mut srv = Proc::spawn("server", &args(&format!("ucx_perftest -p {port} -d droce0 -x {tl}")), &e, DEADLINE);
     let t0 = Instant::now();
     while !tcp_listening(port) && srv.running() && t0.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x droce_rc -t put_bw -s 65536 -D zcopy -n 100000000"));
+    let cmd = args(&format!("ucx_perftest 127.0.0.1 -p {port} -d droce0 -x {tl} {test} -n 100000000"));
     let mut cli = Proc::spawn("client", &cmd, &e, Duration::from_secs(60));
     let t0 = Instant::now();
     while !cli.output().contains("Message size") && cli.running() && t0.elapsed() < Duration::from_secs(20) {

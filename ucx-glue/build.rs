@@ -1,13 +1,15 @@
-//! Compiles the UCT shim (shim/droce_uct.c) against the internal headers of the installed UCX,
-//! fetched by scripts/setup-ucx-src.sh into $DROCE_UCX_SRC (default /var/cache/droce/ucx-<ver>),
-//! and links it whole-archive: its ELF constructor registers the component, and a plain static
-//! link would drop the object since nothing in Rust calls into it.
+//! Compiles the UCT shim (shim/droce_uct.c and shim/droce_uct_ep.c) against the internal headers
+//! of the installed UCX, fetched by scripts/setup-ucx-src.sh into $DROCE_UCX_SRC (default
+//! /var/cache/droce/ucx-<ver>), and links it whole-archive: its ELF constructor registers the
+//! component, and a plain static link would drop the object since nothing in Rust calls into it.
 
 use std::env;
 use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=shim/droce_uct.c");
+    println!("cargo:rerun-if-changed=shim/droce_uct_ep.c");
+    println!("cargo:rerun-if-changed=shim/droce_uct_int.h");
     println!("cargo:rerun-if-changed=shim/droce_abi.h");
     println!("cargo:rerun-if-env-changed=DROCE_UCX_SRC");
 
@@ -27,6 +29,7 @@ fn main() {
 
     let mut b = cc::Build::new();
     b.file("shim/droce_uct.c")
+        .file("shim/droce_uct_ep.c")
         .include("shim")
         .include(&src)
         .include(src.join("src"))

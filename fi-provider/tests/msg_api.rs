@@ -5,13 +5,12 @@
 
 #[macro_use]
 mod common;
-use common::{cq_wait, eq_event, EqBuf};
+use common::{cq_wait, ep_setup, eq_event, fabric_eq_domain, mr_reg, EqBuf, FI_ADDR_UNSPEC};
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
-const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
 const DEADLINE: Duration = Duration::from_secs(30);
 
 unsafe fn eq_error(eq: *mut fid_eq) -> fi_eq_err_entry {
@@ -29,23 +28,6 @@ unsafe fn eq_error(eq: *mut fid_eq) -> fi_eq_err_entry {
         assert_eq!(n, -(FI_EAGAIN as isize), "expected an error entry, got {n} (event {ev})");
         assert!(start.elapsed() < DEADLINE, "no EQ error");
     }
-}
-
-unsafe fn ep_setup(domain: *mut fid_domain, info: *mut fi_info, eq: *mut fid_eq, cq: *mut fid_cq, ctx: usize) -> *mut fid_ep {
-    let mut ep: *mut fid_ep = null_mut();
-    assert_eq!(call!(domain, ops.endpoint(info, &mut ep, ctx as *mut c_void)), 0, "fi_endpoint");
-    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*eq).fid, 0)), 0);
-    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
-    assert_eq!(fidcall!(&mut (*ep).fid, control(FI_ENABLE as i32, null_mut())), 0);
-    ep
-}
-
-unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut fid_mr {
-    let mut mr: *mut fid_mr = null_mut();
-    let reg = (*(*domain).mr).reg.expect("reg");
-    let r = reg(&mut (*domain).fid, buf.as_ptr() as *const c_void, buf.len(), access, 0, 0, 0, &mut mr, null_mut());
-    assert_eq!(r, 0, "fi_mr_reg");
-    mr
 }
 
 /// The provider environment, set once for the process before any libfabric call (the tests of
@@ -73,14 +55,7 @@ fn self_connect_send_rma_writedata_reject_shutdown() {
         assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut info), 0, "fi_getinfo");
         assert_eq!((*(*info).ep_attr).type_, FI_EP_MSG);
 
-        let mut fabric: *mut fid_fabric = null_mut();
-        assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
-        let mut eq_attr: fi_eq_attr = std::mem::zeroed();
-        eq_attr.wait_obj = FI_WAIT_NONE;
-        let mut eq: *mut fid_eq = null_mut();
-        assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
-        let mut domain: *mut fid_domain = null_mut();
-        assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+        let (fabric, eq, domain) = fabric_eq_domain(info);
         let mut cq_attr: fi_cq_attr = std::mem::zeroed();
         cq_attr.format = FI_CQ_FORMAT_DATA;
         cq_attr.size = 128;
@@ -292,14 +267,7 @@ fn atomic_forms_counters_selective_completion_and_cq_signal() {
         assert_eq!(fi_getinfo((1 << 16) | 17, null(), null(), 0, hints, &mut info), 0, "fi_getinfo");
         assert_eq!((*(*info).ep_attr).max_order_war_size, 0, "no FI_ORDER_WAR, no WAR size");
 
-        let mut fabric: *mut fid_fabric = null_mut();
-        assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
-        let mut eq_attr: fi_eq_attr = std::mem::zeroed();
-        eq_attr.wait_obj = FI_WAIT_NONE;
-        let mut eq: *mut fid_eq = null_mut();
-        assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
-        let mut domain: *mut fid_domain = null_mut();
-        assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+        let (fabric, eq, domain) = fabric_eq_domain(info);
         let mut cq_attr: fi_cq_attr = std::mem::zeroed();
         cq_attr.format = FI_CQ_FORMAT_DATA;
         cq_attr.size = 128;

@@ -3,30 +3,11 @@
 
 #[macro_use]
 mod common;
-use common::{cq_wait, eq_event};
+use common::{cq_wait, ep_setup, eq_event, fabric_eq_domain, mr_reg, FI_ADDR_UNSPEC};
 use droce_fi::sys::*;
 use std::os::raw::c_void;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
-
-const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
-
-unsafe fn ep_setup(domain: *mut fid_domain, info: *mut fi_info, eq: *mut fid_eq, cq: *mut fid_cq, ctx: usize) -> *mut fid_ep {
-    let mut ep: *mut fid_ep = null_mut();
-    assert_eq!(call!(domain, ops.endpoint(info, &mut ep, ctx as *mut c_void)), 0, "fi_endpoint");
-    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*eq).fid, 0)), 0);
-    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
-    assert_eq!(fidcall!(&mut (*ep).fid, control(FI_ENABLE as i32, null_mut())), 0);
-    ep
-}
-
-unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut fid_mr {
-    let mut mr: *mut fid_mr = null_mut();
-    let reg = (*(*domain).mr).reg.expect("reg");
-    let r = reg(&mut (*domain).fid, buf.as_ptr() as *const c_void, buf.len(), access, 0, 0, 0, &mut mr, null_mut());
-    assert_eq!(r, 0, "fi_mr_reg");
-    mr
-}
 
 /// FI_MULTI_RECV on an FI_EP_MSG endpoint (self-connect in one process): two buffers posted
 /// with fi_recvmsg(FI_MULTI_RECV) fill in order, each message is reported at its offset, and
@@ -50,14 +31,7 @@ fn multi_recv_buffers_fill_in_order_wait_set() {
         assert_ne!((*info).caps & FI_MULTI_RECV as u64, 0);
         assert_ne!((*(*info).rx_attr).op_flags & FI_MULTI_RECV as u64, 0, "the op flag asked for is the endpoints' default");
 
-        let mut fabric: *mut fid_fabric = null_mut();
-        assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
-        let mut eq_attr: fi_eq_attr = std::mem::zeroed();
-        eq_attr.wait_obj = FI_WAIT_NONE;
-        let mut eq: *mut fid_eq = null_mut();
-        assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
-        let mut domain: *mut fid_domain = null_mut();
-        assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+        let (fabric, eq, domain) = fabric_eq_domain(info);
         let mut cq_attr: fi_cq_attr = std::mem::zeroed();
         cq_attr.format = FI_CQ_FORMAT_DATA;
         cq_attr.size = 128;
@@ -97,6 +71,17 @@ fn multi_recv_buffers_fill_in_order_wait_set() {
         let mut optlen = std::mem::size_of::<usize>();
         assert_eq!(((*(*b).ops).getopt.unwrap())(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &mut min as *mut usize as *mut c_void, &mut optlen), 0);
         assert_eq!(min, 64);
+        // a size_t option: too short a buffer and a null pointer are refused; FI_OPT_CM_DATA_SIZE
+        // is the provider's CM data limit, and optlen comes back as the size written
+        let getopt = (*(*b).ops).getopt.unwrap();
+        let mut short = 4usize;
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &mut min as *mut usize as *mut c_void, &mut short), -(FI_ETOOSMALL as i32));
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, null_mut(), &mut optlen), -(FI_EINVAL as i32));
+        let mut cm_data = [0usize; 2];
+        optlen = std::mem::size_of_val(&cm_data);
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_CM_DATA_SIZE as i32, cm_data.as_mut_ptr() as *mut c_void, &mut optlen), 0);
+        assert_eq!((cm_data, optlen), ([54, 0], std::mem::size_of::<usize>()));
+        assert_eq!(getopt(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_CM_DATA_SIZE as i32, null_mut(), &mut optlen), -(FI_EINVAL as i32));
         let want = 1024usize;
         assert_eq!(((*(*b).ops).setopt.unwrap())(&mut (*b).fid, FI_OPT_ENDPOINT as i32, FI_OPT_MIN_MULTI_RECV as i32, &want as *const usize as *const c_void, optlen), 0);
 

@@ -6,6 +6,8 @@
 //! CM MAD that parses.
 #![no_main]
 
+mod common;
+
 use arbitrary::{Result, Unstructured};
 use droce_transport::cm::agent::{CmAgent, CmAgentConfig, CmAgentEvent, ConnId, ConnectParams, MAD_BUFFER_LEN};
 use droce_transport::cm::{CmMad, GSI_QKEY, GSI_QPN, MAD_SIZE};
@@ -193,11 +195,7 @@ fn run(data: &[u8]) -> Result<()> {
         match u.int_in_range(0..=7)? {
             0..=2 => deliver(&mut u, &mut w)?,
             3 => {
-                let jump = if u.arbitrary()? {
-                    w.agent.poll_timeout().map_or(0, |t| t.0.saturating_sub(w.now))
-                } else {
-                    u.int_in_range(0..=5_000_000_000)?
-                };
+                let jump = common::clock_jump(&mut u, w.now, || w.agent.poll_timeout().map(|t| t.0), 5_000_000_000)?;
                 w.now = w.now.saturating_add(jump);
                 w.dev.handle_timeout(Instant(w.now));
             }

@@ -3,6 +3,8 @@
 //! every frame it transmits must parse as a valid RoCEv2 frame.
 #![no_main]
 
+mod common;
+
 use arbitrary::{Result, Unstructured};
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{
@@ -357,13 +359,7 @@ fn run(data: &[u8]) -> Result<()> {
             }
             1..=4 => packet(&mut u, &mut w)?,
             5 => {
-                let jump = if u.arbitrary()? {
-                    w.dev
-                        .poll_timeout()
-                        .map_or(0, |t| t.0.saturating_sub(w.now))
-                } else {
-                    u.int_in_range(0..=2_000_000)?
-                };
+                let jump = common::clock_jump(&mut u, w.now, || w.dev.poll_timeout().map(|t| t.0), 2_000_000)?;
                 w.now = w.now.saturating_add(jump);
                 w.dev.handle_timeout(Instant(w.now));
             }

@@ -112,11 +112,7 @@ fn run_mixed_on(mut p: Pair, n: u64, seed: u64) -> Pair {
             let id = posted;
             let slot = SRC + (id % SLOTS) * SLOT;
             let r = rng.next();
-            let len = match r % 16 {
-                0 => (r >> 8) as usize % (SLOT as usize + 1),
-                1..=5 => (r >> 8) as usize % 4097,
-                _ => (r >> 8) as usize % 257,
-            };
+            let len = rng::message_len(r, SLOT);
             let kind = match (r >> 40) % 10 {
                 0..=3 => Kind::Send { len },
                 4..=6 => Kind::Write { len },

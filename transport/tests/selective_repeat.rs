@@ -453,11 +453,7 @@ fn soak(n_msgs: u64, seed: u64, sr: (bool, bool), link: Link) -> Net {
             let id = posted;
             let slot = SRC + (id % SLOTS) * SLOT;
             let r = rng.next();
-            let len = match r % 16 {
-                0 => (r >> 8) as usize % (SLOT as usize + 1),
-                1..=5 => (r >> 8) as usize % 4097,
-                _ => (r >> 8) as usize % 257,
-            };
+            let len = rng::message_len(r, SLOT);
             let (op, x) = match (r >> 40) % 10 {
                 0..=2 => (SendOpcode::Send, 0),
                 3..=4 => (SendOpcode::Write, 0),

@@ -1,5 +1,5 @@
 /*
- * The plain C ABI between the UCT shim (droce_uct.c) and the Rust crate (src/ffi/).
+ * The plain C ABI between the UCT shim (droce_uct*.c) and the Rust crate (src/ffi/).
  * No UCX type crosses it: UCX objects are opaque pointers on the Rust side, and every
  * callback into UCX (completion, AM handler, pending request, pack/unpack) goes through a
  * droce_c_* helper defined in the shim. Keep in sync with src/ffi/.

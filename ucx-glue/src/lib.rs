@@ -18,11 +18,11 @@
 //! `uct_iface_progress_enable`) locks the runtime, runs one datapath round and polls the
 //! interface's completion queue, then runs UCX callbacks with no lock held.
 //!
-//! Layout: `shim/droce_uct.c` (C; UCX's class and registration macros, struct embedding, the
-//! load-time layout check) forwards every operation through the plain ABI of
-//! `shim/droce_abi.h` to `ffi` (the only module with `unsafe`), which converts pointers and
-//! calls the safe [`iface`] and [`md`] code. Panics are caught at every `extern "C"` entry and
-//! become `UCS_ERR_IO_ERROR`.
+//! Layout: `shim/droce_uct.c` and `shim/droce_uct_ep.c` (C; UCX's class and registration
+//! macros, struct embedding, the load-time layout check, the ops tables) forward every
+//! operation through the plain ABI of `shim/droce_abi.h` to `ffi` (the only module with
+//! `unsafe`), which converts pointers and calls the safe [`iface`] and [`md`] code. Panics
+//! are caught at every `extern "C"` entry and become `UCS_ERR_IO_ERROR`.
 //!
 //! Public API (Rust, for tests): [`status`] (UCS status values), [`iface::IfaceCfg`],
 //! [`md::pack_rkey`] / [`md::unpack_rkey`]; the rest is reached through UCX.

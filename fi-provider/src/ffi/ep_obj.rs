@@ -31,41 +31,43 @@ pub(super) static EP_OPS: fi_ops_ep = fi_ops_ep {
     tx_size_left: nosys!(fn(*mut fid_ep) -> isize),
 };
 
+/// Writes a `size_t` option value for `fi_getopt`: `-FI_EINVAL` when either pointer is null,
+/// `-FI_ETOOSMALL` when `*optlen` is less than a `size_t`; else the value, with `*optlen` set
+/// to its size.
+///
+/// # Safety
+/// Non-null `optval` and `optlen` must be valid for writes: `optlen` of a `usize`, `optval`
+/// of `*optlen` bytes, aligned for a `usize` (a size_t option, as libfabric defines them).
+unsafe fn put_size_opt(optval: *mut c_void, optlen: *mut usize, v: usize) -> c_int {
+    if optval.is_null() || optlen.is_null() {
+        return -(FI_EINVAL as c_int);
+    }
+    // SAFETY: both non-null and valid for writes (the caller's contract).
+    unsafe {
+        if *optlen < std::mem::size_of::<usize>() {
+            return -(FI_ETOOSMALL as c_int);
+        }
+        *(optval as *mut usize) = v;
+        *optlen = std::mem::size_of::<usize>();
+    }
+    0
+}
+
 pub(super) unsafe extern "C" fn getopt(f: fid_t, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut usize) -> c_int {
     guard(EOTHER_I, || {
         if level as u32 != FI_OPT_ENDPOINT {
             return -(FI_ENOPROTOOPT as c_int);
         }
         if optname as u32 == FI_OPT_CM_DATA_SIZE {
-            if optval.is_null() || optlen.is_null() {
-                return -(FI_EINVAL as c_int);
-            }
             // SAFETY: FI_OPT_CM_DATA_SIZE takes a size_t* and its length.
-            unsafe {
-                if *optlen < std::mem::size_of::<usize>() {
-                    return -(FI_ETOOSMALL as c_int);
-                }
-                *(optval as *mut usize) = pinfo::CM_DATA_SIZE as usize;
-                *optlen = std::mem::size_of::<usize>();
-            }
-            return 0;
+            return unsafe { put_size_opt(optval, optlen, pinfo::CM_DATA_SIZE as usize) };
         }
         if optname as u32 == FI_OPT_MIN_MULTI_RECV {
             let Some(o) = ep_obj(f as *const fid_ep).filter(|_| opt(f).is_some_and(|x| x.fclass as u32 == FI_CLASS_EP)) else { return -(FI_ENOPROTOOPT as c_int) };
             let Some(e) = engine::engine_if_open() else { return -(FI_EINVAL as c_int) };
             let Some(x) = e.eps.get(&o.id) else { return -(FI_EINVAL as c_int) };
-            if optval.is_null() || optlen.is_null() {
-                return -(FI_EINVAL as c_int);
-            }
             // SAFETY: FI_OPT_MIN_MULTI_RECV takes a size_t* and its length.
-            unsafe {
-                if *optlen < std::mem::size_of::<usize>() {
-                    return -(FI_ETOOSMALL as c_int);
-                }
-                *(optval as *mut usize) = x.min_multi_recv as usize;
-                *optlen = std::mem::size_of::<usize>();
-            }
-            return 0;
+            return unsafe { put_size_opt(optval, optlen, x.min_multi_recv as usize) };
         }
         -(FI_ENOPROTOOPT as c_int)
     })

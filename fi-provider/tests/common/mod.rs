@@ -122,9 +122,45 @@ pub fn result_rows(out: &str) -> Vec<(String, u64, String)> {
 
 use droce_fi::sys::*;
 use std::os::raw::c_void;
+use std::ptr::null_mut;
 
 /// How long an API test waits for one event or completion.
 pub const API_DEADLINE: Duration = Duration::from_secs(30);
+
+/// `FI_ADDR_UNSPEC` of libfabric's headers (a macro bindgen does not carry over).
+pub const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
+
+/// The fabric of `info`, an event queue without a wait object, and the domain of `info`.
+pub unsafe fn fabric_eq_domain(info: *mut fi_info) -> (*mut fid_fabric, *mut fid_eq, *mut fid_domain) {
+    let mut fabric: *mut fid_fabric = null_mut();
+    assert_eq!(fi_fabric((*info).fabric_attr, &mut fabric, null_mut()), 0);
+    let mut eq_attr: fi_eq_attr = std::mem::zeroed();
+    eq_attr.wait_obj = FI_WAIT_NONE;
+    let mut eq: *mut fid_eq = null_mut();
+    assert_eq!(call!(fabric, ops.eq_open(&mut eq_attr, &mut eq, null_mut())), 0);
+    let mut domain: *mut fid_domain = null_mut();
+    assert_eq!(call!(fabric, ops.domain(info, &mut domain, null_mut())), 0);
+    (fabric, eq, domain)
+}
+
+/// An endpoint of `info` bound to `eq` and, for both directions, to `cq`; enabled.
+pub unsafe fn ep_setup(domain: *mut fid_domain, info: *mut fi_info, eq: *mut fid_eq, cq: *mut fid_cq, ctx: usize) -> *mut fid_ep {
+    let mut ep: *mut fid_ep = null_mut();
+    assert_eq!(call!(domain, ops.endpoint(info, &mut ep, ctx as *mut c_void)), 0, "fi_endpoint");
+    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*eq).fid, 0)), 0);
+    assert_eq!(fidcall!(&mut (*ep).fid, bind(&mut (*cq).fid, (FI_TRANSMIT | FI_RECV) as u64)), 0);
+    assert_eq!(fidcall!(&mut (*ep).fid, control(FI_ENABLE as i32, null_mut())), 0);
+    ep
+}
+
+/// `buf` registered with `access` (fi_mr_reg; the provider picks the key).
+pub unsafe fn mr_reg(domain: *mut fid_domain, buf: &mut [u8], access: u64) -> *mut fid_mr {
+    let mut mr: *mut fid_mr = null_mut();
+    let reg = (*(*domain).mr).reg.expect("reg");
+    let r = reg(&mut (*domain).fid, buf.as_ptr() as *const c_void, buf.len(), access, 0, 0, 0, &mut mr, null_mut());
+    assert_eq!(r, 0, "fi_mr_reg");
+    mr
+}
 
 #[repr(C, align(8))]
 pub struct EqBuf(pub [u8; 512]);

@@ -135,25 +135,7 @@ impl CmEndpoint {
         starting_psn: Psn,
         local_ca_guid: u64,
     ) -> ConnHandle {
-        self.pending
-            .remove(&(incoming.peer, incoming.req.local_comm_id));
-        let rep = RepRepr::accepting(
-            &incoming.req,
-            self.fresh_comm_id(),
-            local_qpn,
-            starting_psn,
-            local_ca_guid,
-        );
-        let mut conn = Connection::accept(
-            now,
-            self.config,
-            incoming.transaction_id,
-            &incoming.req,
-            rep,
-        );
-        // Our own DREQ gets our own TID, as Linux cm_form_tid does.
-        conn.set_dreq_transaction_id(self.fresh_tid());
-        self.insert(incoming.peer, conn)
+        self.accept_with_private_data(now, incoming, local_qpn, starting_psn, local_ca_guid, &[])
     }
 
     /// [`Self::accept`] with consumer private data in the REP (at most 196 bytes; more is cut).
@@ -184,6 +166,7 @@ impl CmEndpoint {
             &incoming.req,
             rep,
         );
+        // Our own DREQ gets our own TID, as Linux cm_form_tid does.
         conn.set_dreq_transaction_id(self.fresh_tid());
         self.insert(incoming.peer, conn)
     }

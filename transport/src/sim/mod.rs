@@ -21,6 +21,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub mod fabric;
 
+/// Moves a simulated clock to the next event, `next` (the earliest frame arrival or timer;
+/// the clock never goes back); false when there is none: the network is idle. The end of
+/// every simulator's step.
+pub fn advance_clock(now: &mut Instant, next: Option<Instant>) -> bool {
+    match next {
+        Some(t) => {
+            *now = (*now).max(t);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Faults of the simulated link, as probabilities per frame.
 #[derive(Debug, Clone, Copy)]
 pub struct LinkConfig {
@@ -379,15 +392,7 @@ impl Pair {
         .into_iter()
         .flatten()
         .min();
-        match next {
-            Some(t) => {
-                if t > self.now {
-                    self.now = t;
-                }
-                true
-            }
-            None => false,
-        }
+        advance_clock(&mut self.now, next)
     }
 
     /// Step until `done` returns true, the network is idle, or `max_steps` rounds passed.
@@ -570,13 +575,7 @@ impl NeighPair {
             return true;
         }
         let next = [self.wire.next_arrival(), self.a.poll_timeout(), self.b.poll_timeout()].into_iter().flatten().min();
-        match next {
-            Some(t) => {
-                self.now = self.now.max(t);
-                true
-            }
-            None => false,
-        }
+        advance_clock(&mut self.now, next)
     }
 
     /// Step until idle or `max_steps` rounds; returns whether it became idle.

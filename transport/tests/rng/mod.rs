@@ -25,6 +25,16 @@ impl Rng {
     }
 }
 
+/// A message length drawn from `r` (one `next()`), the mix the lossy-link workloads post:
+/// 10 in 16 up to 256 bytes, 5 in 16 up to 4 KiB (a few packets), 1 in 16 up to `max`.
+pub fn message_len(r: u64, max: u64) -> usize {
+    match r % 16 {
+        0 => (r >> 8) as usize % (max as usize + 1),
+        1..=5 => (r >> 8) as usize % 4097,
+        _ => (r >> 8) as usize % 257,
+    }
+}
+
 #[test]
 fn the_sequence_of_seed_1() {
     // tests assert on what these sequences produce: the generator must not change

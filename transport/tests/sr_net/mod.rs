@@ -9,7 +9,7 @@
 
 use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
 use droce_transport::qp::{QpAttrMask, QpHandle, QpInitAttr, QpType};
-use droce_transport::sim::{Node, RcOpts};
+use droce_transport::sim::{advance_clock, Node, RcOpts};
 use droce_transport::verbs::AccessFlags;
 use droce_transport::{DeviceConfig, Duration, Instant};
 use std::cmp::Reverse;
@@ -233,13 +233,7 @@ impl Net {
         let lines = [(self.line_free[0], self.a.dev.tx_ready()), (self.line_free[1], self.b.dev.tx_ready())];
         let line = lines.iter().filter(|(t, ready)| *ready && *t > self.now).map(|(t, _)| *t).min();
         next[0] = [next[0], line].into_iter().flatten().min();
-        match next.into_iter().flatten().min() {
-            Some(t) => {
-                self.now = self.now.max(t);
-                true
-            }
-            None => false,
-        }
+        advance_clock(&mut self.now, next.into_iter().flatten().min())
     }
 
     /// Step until idle or `max_steps` rounds; true when it became idle.
