@@ -33,7 +33,7 @@
 //!   mesh_slot(), mesh_peers_up()
 //! global() -> Result<&'static Mutex<Runtime>, RuntimeError>   opened once from from_env(), never
 //!   closed, errors sticky; Progress::Thread starts the progress thread, manual
-//!   progress with hold_acks the ACK watchdog thread (flushes held ACKs nobody polled out)
+//!   progress the ACK watchdog thread (polls and flushes when nobody polled for a tick)
 //! lock_global() -> Result<MutexGuard<'static, Runtime>, RuntimeError>   global() + lock, ignoring
 //!   poisoning (a panic while holding the lock leaves the engine usable)
 //! start_progress_thread(step)   the process's one progress thread (a frontend's own step, or
