@@ -263,6 +263,51 @@ fn peer_vanishing_mid_test_fails_cleanly() {
     }
 }
 
+/// The other direction: a server whose client goes away in the middle of a lossy transfer
+/// ends by itself with a clear message. A client that exits closes the control connection,
+/// which the receiving loops watch; one that stays connected but silent (stopped) is noticed
+/// at `--timeout`, measured from the last frame received: the server's own selective-repeat
+/// reminders for the gap a loss left open are no sign of the client (they kept the server
+/// waiting until the harness killed it).
+#[test]
+fn server_notices_its_client_gone_mid_test() {
+    let _g = serial();
+    let faults = "--faults=both:drop=0.02;seed=4";
+    for (args, sig) in [
+        ("--test=send_bw -s 3000 -n 100000000", libc::SIGKILL),
+        ("--test=send_lat -s 2000 -n 100000000", libc::SIGKILL),
+        ("--test=send_bw -s 3000 -n 100000000", libc::SIGSTOP),
+        ("--test=write_bw -s 3000 -n 100000000", libc::SIGSTOP),
+    ] {
+        let m = Memif::new();
+        let port = free_port();
+        let common = format!("{args} {faults} -p {port} --timeout 3 -u 17");
+        let s = spawn(None, 0, &m.vdev(true), &v(&common));
+        m.wait_server();
+        let mut c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+        assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
+        // well into the transfer, with losses behind it
+        std::thread::sleep(Duration::from_millis(1500));
+        c.signal(sig);
+        let t0 = Instant::now();
+        let s = s.finish();
+        let took = t0.elapsed();
+        c.kill();
+        let c = c.finish();
+        let what = if sig == libc::SIGKILL { "killed" } else { "stopped" };
+        assert_eq!(s.code, Some(1), "{args}, client {what}: server did not fail by itself:\n{}\n--- client:\n{}", s.out, c.out);
+        assert!(counter(&s.out, "injected_faults") > 0, "no fault injected:\n{}", s.out);
+        if sig == libc::SIGKILL {
+            assert!(took < Duration::from_secs(2), "{args}: {took:?} to notice the client's exit:\n{}", s.out);
+            assert!(s.out.contains("closed the control connection") || s.out.contains("peer closed the TCP connection"), "{args}: unclear message:\n{}", s.out);
+        } else {
+            // --timeout 3 after the last frame, plus the polls' granularity and a loaded host
+            assert!(took < Duration::from_secs(15), "{args}: {took:?} to give the stopped client up:\n{}", s.out);
+            assert!(s.out.contains("timed out after 3s"), "{args}: unclear message:\n{}", s.out);
+        }
+    }
+}
+
 #[test]
 fn a_line_written_in_pieces_is_not_cut_by_the_other_stream() {
     // what failed CI once: the server's stderr warning came as "...-s " and "65536: ..." and the

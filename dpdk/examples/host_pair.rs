@@ -3,7 +3,7 @@
 //! what arrives, print it.
 //!
 //! ```text
-//! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]
+//! host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check | --quiet-away]
 //! ```
 //! Without `--peers` the peer is `127.0.0.1` resolved by `Runtime::resolve_dst`: the other end of
 //! the zero-config memif pair. On the zero-config mesh, `--peers 10.77.0.1,10.77.0.2,10.77.0.3`
@@ -15,7 +15,9 @@
 //! more message and times its send completion while the accepting end, right after the poll
 //! that delivered it, stops polling for [`QUIET`] (lock released, as an application busy
 //! elsewhere). The ACK it held must still leave: `quiet peer acknowledged in N ms` (an error
-//! when it took [`QUIET_ACK_LIMIT`] or more).
+//! when it took [`QUIET_ACK_LIMIT`] or more). `--quiet-away`: the accepting end stops polling
+//! as soon as its main exchange is done, and the message comes [`AWAY_SEND_DELAY`] later,
+//! while nobody polls: the watchdog must receive it too, not only send an ACK already decided.
 
 use droce_dpdk::runtime::{self, Runtime};
 use droce_dpdk::roce::cm::{to_init, CmAgentEvent, ConnId, ConnectParams};
@@ -36,6 +38,19 @@ const PING_OFF: u64 = 2 * SMALL;
 pub const QUIET: Duration = Duration::from_millis(1500);
 /// A send to the quiet end must complete sooner (the ACK watchdog ticks every millisecond).
 pub const QUIET_ACK_LIMIT: Duration = Duration::from_millis(300);
+/// `--quiet-away`: how long after its main exchange the connecting end sends, so that the
+/// message arrives while the accepting end is away.
+pub const AWAY_SEND_DELAY: Duration = Duration::from_millis(200);
+
+/// Which quiet check runs after the main exchange (`--quiet-check`, `--quiet-away`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Quiet {
+    Off,
+    /// The accepting end stops polling right after the poll that delivered the message.
+    AfterReceive,
+    /// The accepting end stops polling before the message arrives.
+    Away,
+}
 
 fn pattern(from: IpAddr, to: IpAddr, n: usize) -> Vec<u8> {
     let s: u32 = format!("{from}>{to}").bytes().fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
@@ -71,6 +86,7 @@ struct App {
     mr: MemoryRegion,
     base: u64,
     quiet_check: bool,
+    quiet: Quiet,
     /// The IB CM service port.
     port: u16,
 }
@@ -135,13 +151,14 @@ impl App {
     }
 }
 
-pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool) -> Result<(), String> {
-    run_on(peers_arg, timeout, quiet_check, PORT)
+pub fn run(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet: Quiet) -> Result<(), String> {
+    run_on(peers_arg, timeout, quiet, PORT)
 }
 
 /// [`run`] with the IB CM service port to listen on and connect to (a second exchange in the
 /// same process uses another).
-pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bool, port: u16) -> Result<(), String> {
+pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet: Quiet, port: u16) -> Result<(), String> {
+    let quiet_check = quiet != Quiet::Off;
     let g = runtime::global().map_err(|e| e.to_string())?;
     let mut h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let me = h.local_ip();
@@ -172,7 +189,9 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bo
     if quiet_check && peers.len() != 1 {
         return Err("--quiet-check wants exactly one peer".into());
     }
-    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check, port };
+    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check, quiet, port };
+    // --quiet-away: the accepting end has been away / when the connecting end's exchange was done
+    let (mut went_away, mut exchanged_at) = (false, None::<Instant>);
     // the connecting end's extra send, once its main exchange is complete: when it was posted
     let mut ping_posted: Option<Instant> = None;
     for i in 0..n {
@@ -284,10 +303,14 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bo
                     // the next poll, which now does not come for QUIET; the host's watchdog
                     // thread must send it
                     app.st[i].pinged = true;
-                    println!("got the quiet-check message: not polling for {} ms", QUIET.as_millis());
-                    drop(h);
-                    std::thread::sleep(QUIET);
-                    h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if quiet == Quiet::AfterReceive {
+                        println!("got the quiet-check message: not polling for {} ms", QUIET.as_millis());
+                        drop(h);
+                        std::thread::sleep(QUIET);
+                        h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    } else {
+                        println!("got the quiet-check message");
+                    }
                 }
                 (6, WcOpcode::Send) => {
                     let t = ping_posted.map(|t| t.elapsed()).unwrap_or_default();
@@ -300,7 +323,20 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bo
                 (k, op) => return Err(format!("unexpected completion kind {k} {op:?}")),
             }
         }
-        if quiet_check && ping_posted.is_none() && me < app.peers[0] && app.st[0].exchanged() {
+        if quiet == Quiet::Away && !went_away && me > app.peers[0] && app.st[0].exchanged() {
+            // the accepting end of --quiet-away: the message comes while nobody polls; the
+            // host's watchdog thread must receive it and acknowledge it
+            went_away = true;
+            println!("main exchange done: not polling for {} ms", QUIET.as_millis());
+            drop(h);
+            std::thread::sleep(QUIET);
+            h = g.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        if quiet == Quiet::Away && me < app.peers[0] && app.st[0].exchanged() {
+            exchanged_at.get_or_insert_with(Instant::now);
+        }
+        let send_now = quiet != Quiet::Away || exchanged_at.is_some_and(|t| t.elapsed() >= AWAY_SEND_DELAY);
+        if quiet_check && send_now && ping_posted.is_none() && me < app.peers[0] && app.st[0].exchanged() {
             let qp = app.st[0].qp.ok_or("no QP")?;
             let s = app.send_area() + 15 * SMALL;
             h.dev().write_mem(s, b"quiet?").map_err(|e| format!("{e:?}"))?;
@@ -327,7 +363,7 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet_check: bo
 fn main() {
     let mut peers = None;
     let mut timeout = Duration::from_secs(30);
-    let mut quiet_check = false;
+    let mut quiet = Quiet::Off;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -343,9 +379,10 @@ fn main() {
                 }
             }
             "--timeout" => timeout = Duration::from_secs(args.next().and_then(|s| s.parse().ok()).unwrap_or(30)),
-            "--quiet-check" => quiet_check = true,
+            "--quiet-check" => quiet = Quiet::AfterReceive,
+            "--quiet-away" => quiet = Quiet::Away,
             _ => {
-                eprintln!("usage: host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check]");
+                eprintln!("usage: host_pair [--peers IP,IP,...] [--timeout SECS] [--quiet-check | --quiet-away]");
                 std::process::exit(1);
             }
         }
@@ -354,7 +391,7 @@ fn main() {
         eprintln!("host_pair: {e}");
         std::process::exit(2);
     }
-    match run(peers, timeout, quiet_check) {
+    match run(peers, timeout, quiet) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("host_pair: {e}");

@@ -77,9 +77,13 @@ fn pair_with(progress: &str, hold_ms: u32, more: &[(&'static str, &str)]) -> [(O
 /// message; the server's send must complete within 300 ms all the same: with held ACKs only
 /// the watchdog thread sends that ACK (without it the send retries out, RETRY_EXC_ERR).
 fn quiet_peer(hold: &str) {
-    let [server, client] = pair_with("manual", 0, &[("HOST_TEST_QUIET", "1"), ("DROCE_HOLD_ACKS", hold)]);
+    quiet_peer_in("1", "got the quiet-check message: not polling for 1500 ms", hold);
+}
+
+fn quiet_peer_in(mode: &str, client_line: &str, hold: &str) {
+    let [server, client] = pair_with("manual", 0, &[("HOST_TEST_QUIET", mode), ("DROCE_HOLD_ACKS", hold)]);
     let line = |r: &(Option<i32>, Vec<String>, String), what: &str| r.1.iter().find(|l| l.contains(what)).cloned();
-    assert!(line(&client, "got the quiet-check message: not polling for 1500 ms").is_some(), "client: {:?} {}", client.1, client.2);
+    assert!(line(&client, client_line).is_some(), "client: {:?} {}", client.1, client.2);
     let ack = line(&server, "quiet peer acknowledged in ").unwrap_or_else(|| panic!("server: {:?} {}", server.1, server.2));
     let ms: u64 = ack.rsplit("in ").next().and_then(|t| t.trim_end_matches(" ms").parse().ok()).unwrap_or(u64::MAX);
     assert!(ms < 300, "{ack}");
@@ -93,6 +97,17 @@ fn quiet_peer_held_acks_leave_by_the_watchdog() {
 #[test]
 fn quiet_peer_without_held_acks() {
     quiet_peer("0");
+}
+
+/// The client stops polling as soon as its main exchange is done and the server's message
+/// arrives 200 ms later, while nobody polls (an application busy outside the library, or a
+/// thread the scheduler leaves unrun): the watchdog receives it and acknowledges it. Without
+/// that, the ACK waited for the application's return, and a sender whose peer stayed away
+/// for its whole retry budget ended in RETRY_EXC_ERR.
+#[test]
+fn away_peer_still_receives_and_acknowledges() {
+    quiet_peer_in("away", "main exchange done: not polling for 1500 ms", "1");
+    quiet_peer_in("away", "main exchange done: not polling for 1500 ms", "0");
 }
 
 #[test]

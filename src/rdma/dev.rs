@@ -199,11 +199,14 @@ impl Dev {
         Ok(())
     }
 
-    /// One round of progress; true when something happened (with the progress thread: lets
-    /// it run, and says no).
+    /// One round of progress; true when frames arrived, the sign that the peer is alive which
+    /// the waits bounded by `--timeout` reset their clock on (this side's own timers and
+    /// transmissions are not: a server whose client died in the middle of a lossy test kept
+    /// sending selective-repeat reminders and waited forever). With the progress thread: lets
+    /// it run, and says no.
     pub fn progress(&mut self) -> bool {
         match self {
-            Dev::Manual(d) => d.progress_datapath(),
+            Dev::Manual(d) => d.progress_datapath_rx(),
             Dev::Thread(_) => {
                 // the progress thread may share this lcore's CPU (threads inherit the main
                 // lcore's affinity): let it run
@@ -310,6 +313,8 @@ pub struct Ctrl {
     s: TcpStream,
     pub timeout: Duration,
     pub client: bool,
+    /// Calls of [`peer_closed`](Self::peer_closed) since it last looked at the socket.
+    watch_calls: u32,
 }
 
 impl Ctrl {
@@ -358,8 +363,32 @@ impl Ctrl {
     fn new(s: TcpStream, timeout: Duration, client: bool) -> R<Ctrl> {
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
-        Ok(Ctrl { s, timeout, client })
+        Ok(Ctrl { s, timeout, client, watch_calls: 0 })
     }
+
+    /// Whether the peer has closed the connection, for the data phase of a test, when nothing
+    /// is read from it until the test ends: the peer exited (killed, or failed on its QP's
+    /// error). Without it a receiver learns that only when its `--timeout` runs out. Looks at
+    /// the socket (one non-consuming read) once per [`WATCH_EVERY`](Self::WATCH_EVERY) calls,
+    /// so it can sit in a poll loop.
+    pub fn peer_closed(&mut self) -> bool {
+        self.watch_calls += 1;
+        if self.watch_calls < Self::WATCH_EVERY {
+            return false;
+        }
+        self.watch_calls = 0;
+        let mut b = [0u8; 1];
+        match self.s.peek(&mut b) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+        }
+    }
+
+    /// Poll-loop calls per look at the socket in [`peer_closed`](Self::peer_closed): a
+    /// system call per few hundred microseconds of polling, a closed peer noticed well
+    /// within a millisecond or so.
+    pub const WATCH_EVERY: u32 = 1024;
 
     pub fn write(&mut self, data: &[u8], dev: &mut Dev) -> R<()> {
         let mut off = 0;

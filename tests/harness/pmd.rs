@@ -94,6 +94,14 @@ impl Pmd {
         let _ = self.child.kill();
     }
 
+    /// Sends `sig` to our own child, by PID (SIGSTOP: a peer that stays connected but silent).
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: kill(2) on the PID of a child we spawned and have not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, sig);
+        }
+    }
+
     /// Asks our own child, by PID, to stop (a batch run prints its statistics on SIGTERM).
     pub fn terminate(&self) {
         // SAFETY: kill(2) on the PID of a child we spawned and have not reaped yet.

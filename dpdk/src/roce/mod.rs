@@ -368,7 +368,7 @@ pub struct RoceDevice {
     /// Engine time at the last TSC reading, and idle polls since.
     last_now: Instant,
     idle_polls: u32,
-    /// `poll` calls so far (wrapping): [`RoceDevice::flush_if_unpolled`] tells from it
+    /// `poll` calls so far (wrapping): [`RoceDevice::poll_if_unpolled`] tells from it
     /// whether the application polled since its last look.
     polls: u64,
     spare: Option<Mbuf>,

@@ -146,6 +146,20 @@ impl RoceDevice {
         }
     }
 
+    /// [`flush_if_unpolled`](Self::flush_if_unpolled) that also polls: when no `poll` ran since
+    /// the previous call, one [`poll`](Self::poll) (RX, timers) and a [`flush`](Self::flush),
+    /// so a process whose application is away still receives and acknowledges. Returns
+    /// whether it polled.
+    pub fn poll_if_unpolled(&mut self, seen: &mut u64) -> bool {
+        let idle = self.polls == *seen;
+        if idle {
+            self.poll();
+            self.flush();
+        }
+        *seen = self.polls;
+        idle
+    }
+
     /// `now` from a TSC reading, remembered for the idle polls that skip the read.
     #[inline]
     pub(super) fn fresh_now(&mut self, tsc: u64) -> Instant {

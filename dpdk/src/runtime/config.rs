@@ -42,9 +42,9 @@ pub struct RuntimeConfig {
     pub progress: Progress,
     /// RC ACKs wait for the next poll and leave in one burst with the application's reply,
     /// just ahead of it (conf key `hold-acks`,
-    /// env `DROCE_HOLD_ACKS`; default yes): see [`RoceConfig::hold_acks`]. [`global`] backs it
-    /// with the ACK watchdog thread, so an application that stops polling after a receive
-    /// still acknowledges it within [`ACK_WATCHDOG_TICK`] x 2.
+    /// env `DROCE_HOLD_ACKS`; default yes): see [`RoceConfig::hold_acks`]. [`global`] backs
+    /// manual progress with the ACK watchdog thread, so an application that stops polling
+    /// still receives and acknowledges within [`ACK_WATCHDOG_TICK`] x 2.
     pub hold_acks: bool,
     pub faults: Option<FaultConfig>,
     /// Congestion control (conf key `cc`, env `DROCE_CC`, CLI `--cc`; text form in

@@ -33,7 +33,7 @@
 //!   mesh_slot(), mesh_peers_up()
 //! global() -> Result<&'static Mutex<Runtime>, RuntimeError>   opened once from from_env(), never
 //!   closed, errors sticky; Progress::Thread starts the progress thread, manual
-//!   progress with hold_acks the ACK watchdog thread (flushes held ACKs nobody polled out)
+//!   progress the ACK watchdog thread (polls and flushes when nobody polled for a tick)
 //! lock_global() -> Result<MutexGuard<'static, Runtime>, RuntimeError>   global() + lock, ignoring
 //!   poisoning (a panic while holding the lock leaves the engine usable)
 //! start_progress_thread(step)   the process's one progress thread (a frontend's own step, or
@@ -86,7 +86,7 @@
 //! opened again in that process.
 
 use crate::roce::cm::{CmAgent, CmAgentConfig};
-use crate::roce::{FaultConfig, RoceConfig, RoceDevice};
+use crate::roce::{FaultConfig, RoceConfig, RoceDevice, Work};
 use crate::{Eal, Mempool, MempoolConfig, Port, PortConfig, PortId, QueueId};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
@@ -397,6 +397,20 @@ impl Runtime {
     /// microseconds late). Saves the agent's clock read and CQ poll per call. True if anything
     /// happened.
     pub fn progress_datapath(&mut self) -> bool {
+        let (w, c) = self.datapath_round();
+        !w.is_idle() || c
+    }
+
+    /// [`progress_datapath`](Self::progress_datapath) for a caller that bounds how long it
+    /// waits for its peer: true only if frames arrived. This side's own timers and frames are
+    /// no sign of the peer: a selective-repeat responder reminds its peer of an open gap for
+    /// as long as the gap stays open, so a wait that counted every busy round as life never
+    /// ended once the peer had gone in the middle of a lossy transfer.
+    pub fn progress_datapath_rx(&mut self) -> bool {
+        self.datapath_round().0.rx > 0
+    }
+
+    fn datapath_round(&mut self) -> (Work, bool) {
         self.watch_link();
         self.tick_mesh();
         let w = self.dev.poll();
@@ -407,7 +421,7 @@ impl Runtime {
         } else {
             false
         };
-        !w.is_idle() || c
+        (w, c)
     }
 
     /// Whether RC ACKs wait for the next poll, to leave in one burst with the application's

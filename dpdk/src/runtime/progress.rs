@@ -15,7 +15,7 @@ pub fn global() -> Result<&'static Mutex<Runtime>, RuntimeError> {
         .get_or_init(|| {
             let cfg = RuntimeConfig::from_env()?;
             let thread = cfg.progress == Progress::Thread;
-            let watchdog = cfg.hold_acks && !thread;
+            let watchdog = !thread;
             // Threads run this library's code to the end of the process: ours, and from EAL
             // init on DPDK's interrupt thread, parked in the interrupt-thread gate's callback.
             // libfabric dlclose()s its providers in its exit-time destructor, and a thread that
@@ -71,12 +71,18 @@ pub fn lock_global() -> Result<MutexGuard<'static, Runtime>, RuntimeError> {
 /// How often the ACK watchdog of [`global`] looks at the device.
 pub const ACK_WATCHDOG_TICK: Duration = Duration::from_millis(1);
 
-/// Held ACKs ([`RuntimeConfig::hold_acks`]) leave with the application's next poll; this thread
-/// sends them when the application stopped polling (it got its last completion and went on to
-/// other things, or waits elsewhere): each tick it takes the lock if free and flushes when no
-/// poll ran for a whole tick. The peer's send completes ~1-2 ms late instead of retrying out.
-/// A busy application keeps the lock mostly free and polls between ticks: the watchdog costs
-/// one wake-up and one uncontended lock per tick.
+/// A software RoCE acknowledges only while something polls it, and with manual progress that
+/// is the application: when it stops polling (it got its last completion and went on to other
+/// things, waits elsewhere, or is a thread the scheduler leaves runnable but unrun for seconds
+/// among more pollers than CPUs) its peers' sends go unacknowledged and retry out
+/// (RETRY_EXC_ERR after retry_cnt timeouts) although this process is alive. This thread stands
+/// in: each tick it takes the lock if free and, when no poll ran for a whole tick, polls the
+/// device once (RX, timers, TX) and flushes, so frames that arrived meanwhile are received and
+/// acknowledged and held ACKs ([`RuntimeConfig::hold_acks`]) leave. The peer's send completes
+/// ~1-2 ms late instead of retrying out. It sleeps between ticks, and a sleeping thread keeps
+/// its share of the CPU where a spinning one can be left unrun. Completions wait in their CQs
+/// for the application, as after its own poll. A busy application keeps the lock mostly free
+/// and polls between ticks: the watchdog costs one wake-up and one uncontended lock per tick.
 pub(super) fn ack_watchdog(m: &'static Mutex<Runtime>) {
     let mut seen = 0u64;
     loop {
@@ -90,7 +96,7 @@ pub(super) fn ack_watchdog(m: &'static Mutex<Runtime>) {
         if EXITING.load(Ordering::SeqCst) {
             return;
         }
-        h.dev.flush_if_unpolled(&mut seen);
+        h.dev.poll_if_unpolled(&mut seen);
     }
 }
 

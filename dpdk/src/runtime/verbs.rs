@@ -10,7 +10,7 @@
 //! queue pairs                    create_qp destroy_qp query_qp modify_qp qp_to_init  path_mtu av
 //! work requests                  post_send post_send_ref post_send_inline_with post_recv post_recv_ref
 //! progress from a frontend       poll_device (one device round); in mod.rs: progress,
-//!                                progress_datapath, flush, set_hold_acks / hold_acks
+//!                                progress_datapath, progress_datapath_rx, flush, set_hold_acks / hold_acks
 //! asynchronous events            poll_event
 //! connections (IB CM on QP1)     listen unlisten connect accept reject disconnect poll_cm_event cm_params
 //! UD service resolution (SIDR)   sidr_register sidr_unregister sidr_resolve poll_sidr_event

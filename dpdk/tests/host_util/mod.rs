@@ -56,7 +56,11 @@ pub fn child_main() {
         std::thread::sleep(Duration::from_millis(hold));
         std::process::exit(0);
     }
-    let quiet = std::env::var("HOST_TEST_QUIET").is_ok_and(|v| v == "1");
+    let quiet = match std::env::var("HOST_TEST_QUIET").as_deref() {
+        Ok("1") => example::Quiet::AfterReceive,
+        Ok("away") => example::Quiet::Away,
+        _ => example::Quiet::Off,
+    };
     let code = match example::run(peers, Duration::from_secs(30), quiet) {
         Ok(()) => 0,
         Err(e) => {
@@ -99,7 +103,7 @@ fn second_round(lost: IpAddr, peers: Vec<IpAddr>) -> i32 {
         eprintln!("host_pair: {lost} was never reported lost");
         return 1;
     }
-    match example::run_on(Some(peers), Duration::from_secs(30), false, 7472) {
+    match example::run_on(Some(peers), Duration::from_secs(30), example::Quiet::Off, 7472) {
         Ok(()) => {
             println!("second round done");
             0

@@ -77,7 +77,9 @@ pub(super) fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> 
     Ok((report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs), secs))
 }
 
-pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
+/// The receiver of send_bw. `ctrl` is watched for the client's exit: a client that ended in
+/// an error (RETRY_EXC_ERR under heavy loss or load) or was killed sends nothing more.
+pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<report::BwStats> {
     let nq = r.qps.len();
     let iters = r.o.iters;
     let mut got = vec![0u64; nq];
@@ -113,6 +115,9 @@ pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
             }
             last.reset();
         }
+        if ctrl.peer_closed() {
+            return Err(format!("the client closed the control connection after {completed} of {total} messages: it exited or failed"));
+        }
         if last.expired() {
             return Err(format!(
                 "timed out after {:?} at server: received {completed} of {total} messages (peer gone{})",
@@ -125,7 +130,8 @@ pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev) -> R<report::BwStats> {
     Ok(report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs))
 }
 
-pub(super) fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+/// SEND ping-pong; `ctrl` is watched for the peer's exit while a message is awaited.
+pub(super) fn send_lat(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl, client: bool) -> R<Vec<f64>> {
     let nq = r.qps.len();
     let off = if r.o.ud { GRH } else { 0 };
     let mut samples = Vec::with_capacity(r.o.iters as usize);
@@ -174,6 +180,9 @@ pub(super) fn send_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
             }
             if recvd {
                 break;
+            }
+            if ctrl.peer_closed() {
+                return Err(format!("{}: the peer closed the control connection in iteration {i}: it exited or failed", r.side));
             }
             if last.expired() {
                 return Err(format!("timed out after {:?} at {} in iteration {i} (peer gone?)", r.o.timeout, r.side));

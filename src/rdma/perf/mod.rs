@@ -424,7 +424,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                 dv.start_thread()?;
             }
             if o.test == Test::SendLat {
-                let samples = send_lat(&mut r, dv, client)?;
+                let samples = send_lat(&mut r, dv, &mut ctrl, client)?;
                 close(&r, &mut ctrl, dv)?;
                 print_lat(&r, &samples);
             } else if client {
@@ -434,7 +434,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                 println!("{}", bw_row(r.o.size, o.iters, &stats));
                 println!("{LINE}");
             } else {
-                let stats = send_bw_server(&mut r, dv)?;
+                let stats = send_bw_server(&mut r, dv, &mut ctrl)?;
                 close(&r, &mut ctrl, dv)?;
                 println!("{BW_COLUMNS}");
                 println!("{}", bw_row(r.o.size, o.iters, &stats));
