@@ -139,6 +139,25 @@ fn ud_send_modes_verified() {
     assert!(c.out.contains("\n 1024 "), "{}", c.out);
 }
 
+/// UD does not resend: under loss the server counts the datagrams that never came, identifies
+/// each one that did by the number it carries, and checks all of its bytes (duplicates and
+/// reordering included). Before, the first loss shifted the message index the check expected
+/// and the run ended in "verify failed".
+#[test]
+fn ud_send_bw_under_loss_counts_lost_datagrams() {
+    for (size, seed) in [(1024, 3), (4, 8)] {
+        let (s, c) = ok(&format!("--test=send_bw -c UD -s {size} -n 2000 --verify --faults=both:drop=0.02,dup=0.02,reorder=0.03,corrupt=0.01;seed={seed}"));
+        let both = format!("{}{}", s.out, c.out);
+        assert!(counter(&both, "injected_faults") > 0, "no fault injected:\n{both}");
+        let line = s.out.lines().find(|l| l.starts_with(" UD: received ")).unwrap_or_else(|| panic!("no UD loss line:\n{}", s.out));
+        let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        let (received, total, lost) = (n[0], n[1], n[2]);
+        assert_eq!((total, received + lost), (2000, 2000), "{line}");
+        assert!(lost > 0 && received > 1500, "{line}");
+        assert!(line.contains("every byte of what arrived verified"), "{line}");
+    }
+}
+
 #[test]
 fn mtu_4096_verified() {
     for args in ["--test=write_bw -s 65536 -n 60 -m 4096", "--test=read_lat -s 20000 -n 30 -m 4096", "--test=send_bw -c UD -s 4096 -n 100 -m 4096"] {
