@@ -360,6 +360,36 @@ fn no_server_and_bad_arguments() {
     assert!(c.out.contains("-c UD works with send_lat"), "{}", c.out);
 }
 
+/// A memif client whose socket path exists before anything accepts on it (a server between its
+/// bind and its listen on a loaded machine, or a stale file) retries its start: it connects
+/// once the server comes, and without a server it fails after its wait (`--timeout`) naming
+/// the socket. Before, the first refused connect ended the client at once ("start: Input/output
+/// error").
+#[test]
+fn memif_client_retries_until_its_server_listens() {
+    let _g = serial();
+    let m = Memif::new();
+    let sock = m.dir.join("m.sock");
+    std::fs::write(&sock, b"").unwrap();
+    let port = free_port();
+    let args = format!("--test=send_bw -s 1024 -n 100 --verify -p {port} --timeout 15");
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{args} 127.0.0.1")));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!c.output().contains("error"), "the client gave up before its server came:\n{}", c.output());
+    std::fs::remove_file(&sock).unwrap();
+    let s = spawn(None, 0, &m.vdev(true), &v(&args));
+    let (c, s) = (c.finish(), s.finish());
+    assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
+    assert!(s.out.contains("verified"), "{}", s.out);
+
+    std::fs::write(&sock, b"").unwrap();
+    let t0 = Instant::now();
+    let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 2 127.0.0.1")).finish();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains(&format!("could not connect to the memif server on {} within 2s", sock.display())), "{}", c.out);
+    assert!(t0.elapsed() < Duration::from_secs(30), "not bounded: {:?}", t0.elapsed());
+}
+
 #[test]
 fn mismatches_and_limits_are_named() {
     // different tests on the two sides: both stop at the first exchange, naming both tests
