@@ -661,3 +661,35 @@ fn set_cc_applies_to_the_next_frames() {
     assert!(p.a.dev.qp_dcqcn(qa).is_none());
     assert_eq!(p.a.dev.counters().cnp_rcvd, 2);
 }
+
+/// `line_rate` is the ceiling DCQCN starts a QP at and recovers it to, not a pacer: a QP no
+/// CNP has cut sends as fast as the port takes frames (here the simulated link, which has no
+/// rate of its own). `pace=on` makes it a cap: the same 1 MiB then takes bytes * 8 / rate.
+#[test]
+fn line_rate_is_a_ceiling_and_pace_makes_it_a_cap() {
+    let line = 1_000_000_000u64;
+    for pace in [false, true] {
+        let cc = CcConfig { line_rate_bps: line, pace, ..CcConfig::default() };
+        let burst = cc.pacer_burst_bytes as u64;
+        let mut p = pair(cc);
+        let (qa, _) = p.rc_pair(RcOpts::default());
+        let start = p.now;
+        let d = post_write(&mut p, qa, 1, 0, 1 << 20);
+        let mut seen = Seen::default();
+        assert!(run(&mut p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
+        assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
+        let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
+        let bytes: u64 = a.iter().map(|x| x.2.len() as u64).sum();
+        let took = a.last().unwrap().0.saturating_duration_since(start).as_nanos();
+        let at_rate = (bytes - burst - a.last().unwrap().2.len() as u64) * 8 * 1_000_000_000 / line;
+        assert_eq!(p.a.dev.qp_rate_bps(qa), Some(line));
+        assert_eq!(p.b.dev.counters().cnp_sent, 0);
+        if pace {
+            assert!(took >= at_rate * 99 / 100 && took <= at_rate * 102 / 100 + 20_000, "paced: {bytes} bytes in {took} ns, expected ~{at_rate}");
+            assert!(p.a.dev.counters().cc_pacing_stalls > 100);
+        } else {
+            assert!(took < at_rate / 10, "unpaced: {bytes} bytes in {took} ns, the line rate would take {at_rate}");
+            assert_eq!(p.a.dev.counters().cc_pacing_stalls, 0);
+        }
+    }
+}

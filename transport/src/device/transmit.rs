@@ -193,8 +193,8 @@ impl<M: Memory> Device<M> {
         if q.cc.np.pending.is_some() {
             return self.emit_cnp(idx, buf);
         }
-        // One branch for a QP that never saw a CNP.
-        let paced = q.cc.paced();
+        // One branch for a QP that never saw a CNP (unless every QP is capped: `CcConfig::pace`).
+        let paced = q.cc.paced() || self.cfg.cc.pace;
         let hold_data = paced && q.cc.held(&self.cfg.cc, now);
         match q.init.qp_type {
             QpType::Rc => {
