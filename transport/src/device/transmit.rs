@@ -241,7 +241,10 @@ impl<M: Memory> Device<M> {
                 let (sport, pkey) = (q.udp_sport, q.pkey);
                 let n = self.emit(idx, &pkt, &av, sport, pkey, buf);
                 if paced && !matches!(pkt.opcode, Opcode::RcAcknowledge | Opcode::RcAtomicAcknowledge) {
-                    self.paced_sent(idx, now, n);
+                    // a split frame's payload and trailer go on the wire too: the pacer and
+                    // the byte counter take the whole frame, not its headers alone
+                    let wire = n.map(|h| h + self.split_out.as_ref().map_or(0, |p| p.len + p.trailer_len as usize));
+                    self.paced_sent(idx, now, wire);
                 }
                 self.schedule(idx);
                 n
