@@ -139,6 +139,25 @@ fn ud_send_modes_verified() {
     assert!(c.out.contains("\n 1024 "), "{}", c.out);
 }
 
+/// UD does not resend: under loss the server counts the datagrams that never came, identifies
+/// each one that did by the number it carries, and checks all of its bytes (duplicates and
+/// reordering included). Before, the first loss shifted the message index the check expected
+/// and the run ended in "verify failed".
+#[test]
+fn ud_send_bw_under_loss_counts_lost_datagrams() {
+    for (size, seed) in [(1024, 3), (4, 8)] {
+        let (s, c) = ok(&format!("--test=send_bw -c UD -s {size} -n 2000 --verify --faults=both:drop=0.02,dup=0.02,reorder=0.03,corrupt=0.01;seed={seed}"));
+        let both = format!("{}{}", s.out, c.out);
+        assert!(counter(&both, "injected_faults") > 0, "no fault injected:\n{both}");
+        let line = s.out.lines().find(|l| l.starts_with(" UD: received ")).unwrap_or_else(|| panic!("no UD loss line:\n{}", s.out));
+        let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        let (received, total, lost) = (n[0], n[1], n[2]);
+        assert_eq!((total, received + lost), (2000, 2000), "{line}");
+        assert!(lost > 0 && received > 1500, "{line}");
+        assert!(line.contains("every byte of what arrived verified"), "{line}");
+    }
+}
+
 #[test]
 fn mtu_4096_verified() {
     for args in ["--test=write_bw -s 65536 -n 60 -m 4096", "--test=read_lat -s 20000 -n 30 -m 4096", "--test=send_bw -c UD -s 4096 -n 100 -m 4096"] {
@@ -384,6 +403,36 @@ fn no_server_and_bad_arguments() {
     let c = spawn(None, 1, &m.vdev(false), &v("--test=write_bw -c UD 127.0.0.1")).finish();
     assert_eq!(c.code, Some(2), "{}", c.out);
     assert!(c.out.contains("-c UD works with send_lat"), "{}", c.out);
+}
+
+/// A memif client whose socket path exists before anything accepts on it (a server between its
+/// bind and its listen on a loaded machine, or a stale file) retries its start: it connects
+/// once the server comes, and without a server it fails after its wait (`--timeout`) naming
+/// the socket. Before, the first refused connect ended the client at once ("start: Input/output
+/// error").
+#[test]
+fn memif_client_retries_until_its_server_listens() {
+    let _g = serial();
+    let m = Memif::new();
+    let sock = m.dir.join("m.sock");
+    std::fs::write(&sock, b"").unwrap();
+    let port = free_port();
+    let args = format!("--test=send_bw -s 1024 -n 100 --verify -p {port} --timeout 15");
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{args} 127.0.0.1")));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!c.output().contains("error"), "the client gave up before its server came:\n{}", c.output());
+    std::fs::remove_file(&sock).unwrap();
+    let s = spawn(None, 0, &m.vdev(true), &v(&args));
+    let (c, s) = (c.finish(), s.finish());
+    assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
+    assert!(s.out.contains("verified"), "{}", s.out);
+
+    std::fs::write(&sock, b"").unwrap();
+    let t0 = Instant::now();
+    let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 2 127.0.0.1")).finish();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains(&format!("could not connect to the memif server on {} within 2s", sock.display())), "{}", c.out);
+    assert!(t0.elapsed() < Duration::from_secs(30), "not bounded: {:?}", t0.elapsed());
 }
 
 #[test]

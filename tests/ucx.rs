@@ -62,6 +62,22 @@ fn ucx_info_lists_droce_md_and_both_transports() {
     }
 }
 
+/// A bad value in a DROCE_* variable is named at UCX's default log level (an ERROR line, no
+/// UCX_LOG_LEVEL needed) and the droce interfaces do not open: droce never runs with a
+/// default the user did not ask for.
+#[test]
+fn a_bad_droce_cc_is_named_at_the_default_log_level() {
+    if !tools() {
+        return;
+    }
+    let _g = serial();
+    let e = pair_env(&unique("ucxbadcc"), &[("DROCE_CC", "nonsense")]);
+    let _locks = LinkLocks::of(&e);
+    let d = run("ucx_info -d", &args("ucx_info -d"), &e, DEADLINE);
+    assert!(d.out.contains("ERROR droce: droce config: DROCE_CC='nonsense'"), "{}", d.show());
+    assert!(d.out.contains("failed to open interface"), "{}", d.show());
+}
+
 /// Figures of ucx_perftest's `Final:` line: iterations, typical latency (us), average
 /// latency (us), bandwidth (MB/s, average), message rate (msg/s, average).
 #[derive(Debug, Clone, Copy)]

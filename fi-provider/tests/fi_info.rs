@@ -68,6 +68,22 @@ fn the_iov_limit_is_8_or_what_droce_iov_limit_says() {
     assert!(limits(&out).iter().all(|l| l == "iov_limit: 8"), "{out}");
 }
 
+/// A bad value in a DROCE_* variable of the runtime's configuration is named on stderr at the
+/// default log level (no FI_LOG_LEVEL), and the provider answers nothing: before, fi_getinfo
+/// answered FI_ENODATA and said why only with FI_LOG_LEVEL=warn.
+#[test]
+fn a_bad_droce_cc_is_named_on_stderr_at_the_default_log_level() {
+    for (var, val) in [("DROCE_CC", "dcqcn:bogus=1"), ("DROCE_CC", "nonsense"), ("DROCE_HOLD_ACKS", "perhaps")] {
+        let child = fi_cmd("fi_info", &unique("info")).env(var, val).env_remove("FI_LOG_LEVEL").args(["-p", "droce", "-t", "FI_EP_MSG"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (rc, out) = wait_bounded(child, Duration::from_secs(30));
+        assert_ne!(rc, Some(0), "{var}={val}: fi_info succeeded:\n{out}");
+        assert!(out.contains(&format!("{var}='{val}'")), "{var}={val} not named:\n{out}");
+        assert!(out.contains("the droce provider is off"), "{out}");
+        assert_eq!(out.matches(&format!("{var}='{val}'")).count(), 1, "said more than once:\n{out}");
+        assert!(!out.contains("provider: droce"), "{out}");
+    }
+}
+
 #[test]
 fn unsupported_hints_give_no_core_answer() {
     // tagged messages exist only through ofi_rxm; the core provider must not claim them

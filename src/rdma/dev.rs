@@ -449,6 +449,16 @@ impl Ctrl {
         Ok(buf)
     }
 
+    /// Whether the peer has sent something not yet read (or closed the connection), without
+    /// waiting or consuming it: a UD receiver learns this way that the sender's test is over.
+    pub fn peer_has_sent(&self) -> bool {
+        let mut b = [0u8; 1];
+        match self.s.peek(&mut b) {
+            Ok(_) => true,
+            Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+        }
+    }
+
     /// perftest's `ctx_xchg_data`: client writes then reads; server reads then writes.
     pub fn xchg(&mut self, mine: &[u8], dev: &mut Dev, what: &str) -> R<Vec<u8>> {
         if self.client {

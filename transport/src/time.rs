@@ -12,6 +12,8 @@ pub struct Duration(pub u64);
 
 impl Instant {
     pub const ZERO: Instant = Instant(0);
+    /// A deadline that never comes.
+    pub const NEVER: Instant = Instant(u64::MAX);
     pub const fn from_nanos(ns: u64) -> Self {
         Instant(ns)
     }

@@ -10,6 +10,7 @@ use droce_transport::sim::{LinkConfig, Pair, RcOpts, MEM_BASE};
 use droce_transport::status::WcStatus;
 use droce_transport::verbs::{SendOpcode, SendWr, RecvWr};
 use droce_transport::wire::{icrc, Opcode, RoceRepr};
+use droce_transport::device::{TxFrame, TxPass};
 use droce_transport::{DeviceConfig, Duration, Instant, Memory, QKey};
 use rng::Rng;
 use std::cmp::Reverse;
@@ -93,7 +94,23 @@ fn run_with(p: &mut Pair, seen: &mut Seen, faults: Faults, max_rounds: u64, mut 
         for to_b in [true, false] {
             loop {
                 let dev = if to_b { &mut p.a.dev } else { &mut p.b.dev };
-                let Some(n) = dev.poll_transmit(p.now, &mut buf) else { break };
+                // with `p.split_min`, zero-copy transmit: headers in `buf`, the payload read
+                // from registered memory behind them, as the DPDK engine chains it
+                let n = match p.split_min {
+                    None => dev.poll_transmit(p.now, &mut buf),
+                    Some(min) => match dev.poll_transmit_split(p.now, &mut buf, TxPass::All, min) {
+                        None => None,
+                        Some(TxFrame { len, payload: None }) => Some(len),
+                        Some(TxFrame { len, payload: Some(pl) }) => {
+                            p.split_frames += 1;
+                            let end = len + pl.len;
+                            dev.memory().read(pl.addr, &mut buf[len..end]).unwrap();
+                            buf[end..end + pl.trailer().len()].copy_from_slice(pl.trailer());
+                            Some(end + pl.trailer().len())
+                        }
+                    },
+                };
+                let Some(n) = n else { break };
                 let mut f = buf[..n].to_vec();
                 seen.frames.push((p.now, to_b, f.clone()));
                 if mark(p.now, to_b, &f) {
@@ -660,4 +677,40 @@ fn set_cc_applies_to_the_next_frames() {
     p.a.dev.handle_rx(Instant(10_000), &mut cnp);
     assert!(p.a.dev.qp_dcqcn(qa).is_none());
     assert_eq!(p.a.dev.counters().cnp_rcvd, 2);
+}
+
+/// `line_rate` is the ceiling DCQCN starts a QP at and recovers it to, not a pacer: a QP no
+/// CNP has cut sends as fast as the port takes frames (here the simulated link, which has no
+/// rate of its own). `pace=on` makes it a cap: the same 1 MiB then takes bytes * 8 / rate.
+#[test]
+fn line_rate_is_a_ceiling_and_pace_makes_it_a_cap() {
+    let line = 1_000_000_000u64;
+    // also with zero-copy transmit (frames split into headers + registered memory): the pacer
+    // must count the payload it does not see in the buffer
+    for (pace, split) in [(false, None), (true, None), (true, Some(1024))] {
+        let cc = CcConfig { line_rate_bps: line, pace, ..CcConfig::default() };
+        let burst = cc.pacer_burst_bytes as u64;
+        let mut p = pair(cc);
+        p.split_min = split;
+        let (qa, _) = p.rc_pair(RcOpts::default());
+        let start = p.now;
+        let d = post_write(&mut p, qa, 1, 0, 1 << 20);
+        let mut seen = Seen::default();
+        assert!(run(&mut p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
+        assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
+        let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
+        let bytes: u64 = a.iter().map(|x| x.2.len() as u64).sum();
+        let took = a.last().unwrap().0.saturating_duration_since(start).as_nanos();
+        let at_rate = (bytes - burst - a.last().unwrap().2.len() as u64) * 8 * 1_000_000_000 / line;
+        assert_eq!(p.a.dev.qp_rate_bps(qa), Some(line));
+        assert_eq!(p.b.dev.counters().cnp_sent, 0);
+        if pace {
+            assert!(took >= at_rate * 99 / 100 && took <= at_rate * 102 / 100 + 20_000, "paced (split {split:?}): {bytes} bytes in {took} ns, expected ~{at_rate}");
+            assert_eq!(p.split_frames > 0, split.is_some());
+            assert!(p.a.dev.counters().cc_pacing_stalls > 100);
+        } else {
+            assert!(took < at_rate / 10, "unpaced: {bytes} bytes in {took} ns, the line rate would take {at_rate}");
+            assert_eq!(p.a.dev.counters().cc_pacing_stalls, 0);
+        }
+    }
 }

@@ -299,9 +299,8 @@ impl Runtime {
             let t0 = Instant::now();
             let connect_wait = cfg.link_wait.unwrap_or(CLIENT_CONNECT_TIMEOUT);
             if let Some(sock) = &client_sock {
-                // a memif client's start fails while its server is not listening, and in DPDK
-                // 22.11 a port whose start failed does not come up on a later start: wait for
-                // the listener
+                // a memif client's start fails while its server is not listening: wait for the
+                // listener
                 while !sock.listening() {
                     if t0.elapsed() > connect_wait {
                         return Err(RuntimeError::Port(format!(
@@ -313,10 +312,32 @@ impl Runtime {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            port.start().map_err(|e| {
-                let hint = if client_sock.is_some() { " (is the memif server running?)" } else { "" };
-                RuntimeError::Port(format!("{pname}: start: {e}{hint}"))
-            })?;
+            // The start of a memif client is its connect(2) to the server's socket; it fails
+            // (rte_eth_dev_start -1 without an errno, shown as EIO) where a socket file exists
+            // but nothing accepts on it: the server has bound its socket and not yet called
+            // listen (a loaded machine can hold it there for a while), or a stale file of a
+            // server that is gone. A client retries within the same bounded wait.
+            let mut pause = Duration::from_millis(10);
+            loop {
+                match port.start() {
+                    Ok(()) => break,
+                    Err(e) => {
+                        let Some(sock) = &client_sock else {
+                            return Err(RuntimeError::Port(format!("{pname}: start: {e}")));
+                        };
+                        if t0.elapsed() + pause > connect_wait {
+                            return Err(RuntimeError::Port(format!(
+                                "{pname}: could not connect to the memif server on {} within {connect_wait:?} (last try: {e}): \
+                                 is its server running? ({})",
+                                sock.describe(),
+                                cfg.source
+                            )));
+                        }
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(200));
+                    }
+                }
+            }
             if client_sock.is_some() {
                 // the handshake follows the connect: let the first sends find the link up; a
                 // configured memif client reconnects with Port's back-off

@@ -131,9 +131,38 @@ impl Engine {
 /// Idle progress steps before a read yields the CPU: `DROCE_FI_IDLE_YIELD` (0 = never yield), 64 by default.
 pub fn idle_yield_after() -> u32 {
     static N: OnceLock<u32> = OnceLock::new();
-    *N.get_or_init(|| match std::env::var("DROCE_FI_IDLE_YIELD").ok().and_then(|v| v.parse::<u32>().ok()) {
-        Some(0) => u32::MAX,
-        Some(n) => n,
-        None => 64,
+    *N.get_or_init(|| match parse_idle_yield(std::env::var("DROCE_FI_IDLE_YIELD").ok().as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            // as DROCE_IOV_LIMIT: a tuning knob out of range is named on stderr, the default kept
+            eprintln!("droce: {e}; it stays 64");
+            64
+        }
     })
+}
+
+fn parse_idle_yield(v: Option<&str>) -> Result<u32, String> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(64),
+        Some(t) => match t.parse::<u32>() {
+            Ok(0) => Ok(u32::MAX),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("DROCE_FI_IDLE_YIELD='{t}': want a number of idle steps (0: never yield)")),
+        },
+    }
+}
+
+#[cfg(test)]
+mod idle_yield_tests {
+    use super::parse_idle_yield;
+
+    #[test]
+    fn a_bad_idle_yield_is_an_error_not_the_default() {
+        assert_eq!(parse_idle_yield(None), Ok(64));
+        assert_eq!(parse_idle_yield(Some(" ")), Ok(64));
+        assert_eq!(parse_idle_yield(Some("0")), Ok(u32::MAX));
+        assert_eq!(parse_idle_yield(Some("10")), Ok(10));
+        assert!(parse_idle_yield(Some("ten")).unwrap_err().contains("DROCE_FI_IDLE_YIELD='ten'"));
+        assert!(parse_idle_yield(Some("-1")).is_err());
+    }
 }

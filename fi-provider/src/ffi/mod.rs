@@ -334,8 +334,11 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
         let local = match engine::local_from_config() {
             Ok(l) => l,
             Err(e) => {
-                log_warn(&format!("droce: no usable configuration: {e}"));
-                return -(FI_ENODATA as c_int);
+                // a value the user set and droce cannot use (a bad DROCE_* variable, a conf
+                // file): said at any log level, and the provider answers nothing rather than
+                // run with a default the user did not ask for
+                report_config_error(&format!("droce: the droce provider is off: {e}"));
+                return -(FI_EINVAL as c_int);
             }
         };
         let q = Query { node: node.as_deref(), service: service.as_deref(), source: flags & FI_SOURCE != 0, version };
@@ -380,6 +383,13 @@ unsafe extern "C" fn getinfo(version: u32, node: *const c_char, service: *const 
             Err(e) => -(e as c_int),
         }
     })
+}
+
+/// A configuration error on stderr whatever FI_LOG_LEVEL says, once per process (an
+/// application calls fi_getinfo many times; the configuration does not change in between).
+pub(crate) fn report_config_error(msg: &str) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| eprintln!("{msg}"));
 }
 
 pub(crate) fn log_warn(msg: &str) {

@@ -77,6 +77,11 @@ pub(super) fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> 
     Ok((report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs), secs))
 }
 
+/// After the sender has finished (its closing handshake is waiting on the TCP connection), a
+/// UD receiver keeps polling until this long passes without a message: what is still in the
+/// receive ring arrives, and what did not by then was lost.
+const UD_DRAIN: Duration = Duration::from_millis(50);
+
 /// The receiver of send_bw. `ctrl` is watched for the client's exit: a client that ended in
 /// an error (RETRY_EXC_ERR under heavy loss or load) or was killed sends nothing more.
 pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<report::BwStats> {
@@ -87,47 +92,99 @@ pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<re
     let mut completed = 0u64;
     let mut stamps = Vec::with_capacity((total as usize).min(1 << 24));
     let mut t0 = None;
+    let mut t_last = 0u64;
     let mut last = Stall::new(r.o.timeout);
     let off = if r.o.ud { GRH } else { 0 };
+    // UD: messages are identified by the number they carry, lost ones counted (udcheck.rs)
+    let mut ud: Vec<udcheck::UdCheck> = if r.o.ud && r.o.verify { (0..nq).map(|q| udcheck::UdCheck::new(q, iters)).collect() } else { Vec::new() };
+    let mut msg = vec![0u8; if ud.is_empty() { 0 } else { r.o.size as usize }];
+    let mut idle_polls = 0u32;
+    let mut sender_done: Option<Instant> = None;
     let mut rwr = RecvWr::new(0);
     while completed < total {
         if dv.progress() {
             last.reset();
         }
+        let mut any = false;
         while let Some(wc) = dv.poll_cq(r.cq)? {
             check_wc(r.side, &wc)?;
             if wc.opcode != WcOpcode::Recv {
                 continue;
             }
+            any = true;
             let t = *t0.get_or_insert_with(droce_dpdk::rdtsc);
             let (q, k) = (wr_q(wc.wr_id), wr_i(wc.wr_id));
             if wc.byte_len as u64 != r.o.size + off {
                 return Err(format!("server: received {} bytes, expected {}", wc.byte_len as u64 - off, r.o.size));
             }
-            if r.o.verify {
+            let mut new = true;
+            if let Some(c) = ud.get_mut(q) {
+                dv.read_mem(r.rslot(q, k) + off, &mut msg)?;
+                new = matches!(c.accept(&msg).map_err(|e| format!("{e} (at server)"))?, udcheck::Seen::New(_));
+            } else if r.o.verify {
                 r.check(dv, r.rslot(q, k) + off, q, got[q], "message")?;
+            }
+            post_recv_with(r, dv, q, k, &mut rwr)?;
+            last.reset();
+            if !new {
+                continue;
             }
             got[q] += 1;
             completed += 1;
-            post_recv_with(r, dv, q, k, &mut rwr)?;
+            t_last = droce_dpdk::rdtsc();
             if completed & (STAMP_STEP - 1) == 0 || completed == total {
-                stamps.push(tsc_secs(t, droce_dpdk::rdtsc()));
+                stamps.push(tsc_secs(t, t_last));
             }
-            last.reset();
+        }
+        if r.o.ud {
+            // a lost datagram is never resent: the end is the sender's closing handshake, then
+            // a quiet UD_DRAIN. One socket check per 256 idle polls keeps system calls rare.
+            if any {
+                idle_polls = 0;
+                if let Some(d) = sender_done.as_mut() {
+                    *d = Instant::now();
+                }
+            } else {
+                idle_polls += 1;
+                if sender_done.is_none() && idle_polls % 256 == 0 && ctrl.peer_has_sent() {
+                    sender_done = Some(Instant::now());
+                }
+                if sender_done.is_some_and(|d| d.elapsed() > UD_DRAIN) {
+                    break;
+                }
+            }
         }
         if ctrl.peer_closed() {
             return Err(format!("the client closed the control connection after {completed} of {total} messages: it exited or failed"));
         }
         if last.expired() {
             return Err(format!(
-                "timed out after {:?} at server: received {completed} of {total} messages (peer gone{})",
-                r.o.timeout,
-                if r.o.ud { " or UD messages lost" } else { "?" }
+                "timed out after {:?} at server: received {completed} of {total} messages (peer gone?)",
+                r.o.timeout
             ));
         }
     }
+    if r.o.ud {
+        // with --verify the numbers the messages carried say which arrived; without it, the count
+        let (received, lost) = if ud.is_empty() {
+            (completed, total.saturating_sub(completed))
+        } else {
+            (ud.iter().map(|c| c.received()).sum(), ud.iter().map(|c| c.lost()).sum())
+        };
+        let dup: u64 = ud.iter().map(|c| c.duplicates()).sum();
+        println!(
+            " UD: received {received} of {total} messages, {lost} lost ({:.2} %){}",
+            lost as f64 * 100.0 / total.max(1) as f64,
+            if ud.is_empty() { String::new() } else { format!(", {dup} duplicated; every byte of what arrived verified") }
+        );
+        if let Some(t) = t0 {
+            if completed & (STAMP_STEP - 1) != 0 && completed != total {
+                stamps.push(tsc_secs(t, t_last));
+            }
+        }
+    }
     let secs = stamps.last().copied().unwrap_or(0.0);
-    Ok(report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, total, secs))
+    Ok(report::bw_stats_sampled(r.o.size, STAMP_STEP, &stamps, completed, secs))
 }
 
 /// SEND ping-pong; `ctrl` is watched for the peer's exit while a message is awaited.

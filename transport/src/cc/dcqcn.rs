@@ -81,6 +81,23 @@ impl Dcqcn {
         d
     }
 
+    /// A QP at the maximum rate that no CNP has cut (`CcConfig::pace`): no increase timer.
+    pub fn at_max(cfg: &CcConfig) -> Dcqcn {
+        let max = cfg.max_rate_bps();
+        Dcqcn {
+            rc: max,
+            rt: max,
+            alpha: cfg.initial_alpha_value.min(ALPHA_ONE),
+            alpha_at: Instant(0),
+            cnp_in_period: false,
+            last_cut: Instant(0),
+            t: 0,
+            bc: 0,
+            bytes: 0,
+            increase_at: Instant::NEVER,
+        }
+    }
+
     /// Current rate, bits per second.
     pub fn rate_bps(&self) -> u64 {
         self.rc

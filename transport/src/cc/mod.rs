@@ -49,8 +49,15 @@ pub struct CcConfig {
     pub cnp_interval: Duration,
     /// NP: DSCP of the CNPs (mlx5 `cnp_dscp`, 48); their ECN field is always Not-ECT.
     pub cnp_dscp: u8,
-    /// The rate a QP starts at and recovers to, bits per second: the port's speed.
+    /// The rate a QP starts at and recovers to, bits per second: the port's speed. A ceiling
+    /// for DCQCN, not a pacer: a QP that no CNP has cut is not paced and sends as fast as the
+    /// port takes its frames (a NIC's wire holds it to this rate; memif, ring or veth do not).
+    /// `pace` holds every QP to the maximum rate.
     pub line_rate_bps: u64,
+    /// Pace every QP's data to the maximum rate ([`CcConfig::max_rate_bps`]) even while no
+    /// CNP has cut it: the line rate becomes a cap, as the wire makes it on a NIC. Off by
+    /// default (an uncongested QP runs unpaced).
+    pub pace: bool,
     /// Bytes a paced QP may send back to back at the line rate (the token bucket's depth).
     pub pacer_burst_bytes: u32,
 
@@ -124,6 +131,7 @@ impl CcConfig {
             cnp_interval: Duration::from_micros(50),
             cnp_dscp: 48,
             line_rate_bps: 10_000_000_000,
+            pace: false,
             pacer_burst_bytes: 16 * 1024,
             rpg_time_reset: Duration::from_micros(300),
             rpg_byte_reset: 32767,
@@ -224,6 +232,10 @@ impl QpCc {
     /// toward the byte-counter increase. Returns true when the QP is back at the maximum
     /// rate (its reaction-point state is gone).
     pub fn on_sent(&mut self, cfg: &CcConfig, now: Instant, len: usize) -> bool {
+        if self.rp.is_none() && cfg.pace {
+            // a capped QP's first paced frame: its bucket starts full, at the maximum rate
+            self.rp = Some(Box::new(RateLimit { dcqcn: Dcqcn::at_max(cfg), pacer: Pacer::new(Instant(0)), blocked_until: None }));
+        }
         let Some(r) = self.rp.as_mut() else { return false };
         r.pacer.on_sent(now, len, r.dcqcn.rate_bps());
         r.dcqcn.on_bytes(cfg, len as u64);
@@ -233,6 +245,11 @@ impl QpCc {
     /// A CNP arrived at `now`; returns whether the rate was cut.
     pub fn on_cnp(&mut self, cfg: &CcConfig, now: Instant) -> bool {
         match self.rp.as_mut() {
+            // a capped QP at the maximum rate: its first CNP as for an unpaced QP
+            Some(r) if r.dcqcn.recovered(cfg) => {
+                r.dcqcn = Dcqcn::first_cnp(cfg, now);
+                true
+            }
             Some(r) => r.dcqcn.on_cnp(cfg, now),
             None => {
                 let dcqcn = Dcqcn::first_cnp(cfg, now);
@@ -245,10 +262,11 @@ impl QpCc {
     /// The earliest congestion-control deadline of the QP.
     pub fn next_timeout(&self) -> Option<Instant> {
         let r = self.rp.as_ref()?;
-        Some(match r.blocked_until {
-            Some(b) => b.min(r.dcqcn.increase_at()),
-            None => r.dcqcn.increase_at(),
-        })
+        let increase = Some(r.dcqcn.increase_at()).filter(|t| *t != Instant::NEVER);
+        match (r.blocked_until, increase) {
+            (Some(b), Some(i)) => Some(b.min(i)),
+            (b, i) => b.or(i),
+        }
     }
 
     /// Run the deadlines due at `now`.
@@ -270,11 +288,17 @@ impl QpCc {
     }
 
     fn release_if_recovered(&mut self, cfg: &CcConfig) -> bool {
-        if self.rp.as_ref().is_some_and(|r| r.dcqcn.recovered(cfg)) {
-            self.rp = None;
-            true
-        } else {
-            false
+        match self.rp.as_mut() {
+            Some(r) if r.dcqcn.recovered(cfg) && r.dcqcn.increase_at() != Instant::NEVER => {
+                if cfg.pace {
+                    // stays paced at the maximum rate, with no increase timer
+                    r.dcqcn = Dcqcn::at_max(cfg);
+                } else {
+                    self.rp = None;
+                }
+                true
+            }
+            _ => false,
         }
     }
 

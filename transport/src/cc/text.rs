@@ -8,8 +8,8 @@
 //!
 //! Keys: the [`CcConfig`] field names (`ecn`, `np`, `dcqcn`, `cnp_interval`, `cnp_dscp`,
 //! `rpg_*`, `dce_tcp_g`, `dce_tcp_rtt`, `rate_reduce_monitor_period`, `initial_alpha_value`,
-//! `rate_to_set_on_first_cnp`, `clamp_tgt_rate`), plus `line_rate` (bits/s, decimal `k`/`m`/`g`
-//! suffixes) and `burst` (the pacer's depth in bytes, binary `k`/`m`). Switches take
+//! `rate_to_set_on_first_cnp`, `clamp_tgt_rate`, `pace`), plus `line_rate` (bits/s, decimal
+//! `k`/`m`/`g` suffixes) and `burst` (the pacer's depth in bytes, binary `k`/`m`). Switches take
 //! `on`/`off` (or `yes`/`no`, `1`/`0`); durations take `ns`, `us` or `ms` (a bare number is
 //! microseconds, as the NIC parameters are given); rates in Mb/s are plain numbers as in
 //! mlx5's `cc_params`.
@@ -43,13 +43,14 @@ impl fmt::Display for CcParseError {
 
 impl std::error::Error for CcParseError {}
 
-const KEYS: [&str; 22] = [
+const KEYS: [&str; 23] = [
     "ecn",
     "np",
     "dcqcn",
     "cnp_interval",
     "cnp_dscp",
     "line_rate",
+    "pace",
     "burst",
     "rpg_time_reset",
     "rpg_byte_reset",
@@ -115,6 +116,7 @@ impl FromStr for CcConfig {
                 "np" => c.np = on()?,
                 "dcqcn" => c.dcqcn = on()?,
                 "clamp_tgt_rate" => c.clamp_tgt_rate = on()?,
+                "pace" => c.pace = on()?,
                 "cnp_interval" => c.cnp_interval = time()?,
                 "rpg_time_reset" => c.rpg_time_reset = time()?,
                 "dce_tcp_rtt" => c.dce_tcp_rtt = time()?,
@@ -165,6 +167,9 @@ mod tests {
         assert!(c.ecn && !c.np && !c.dcqcn);
         let c: CcConfig = "dcqcn=no".parse().unwrap();
         assert!(c.ecn && c.np && !c.dcqcn);
+        assert!(!CcConfig::default().pace && !CcConfig::connectx().pace);
+        let c: CcConfig = "line_rate=1g,pace=on".parse().unwrap();
+        assert!(c.pace && c.line_rate_bps == 1_000_000_000);
     }
 
     #[test]

@@ -319,15 +319,17 @@ impl<M: Memory> Device<M> {
     }
 
     /// Congestion control from now on: the header templates are rebuilt (so that `ecn`
-    /// applies to the next frames), and with `dcqcn` off every QP's rate is back at the
-    /// maximum and unpaced.
+    /// applies to the next frames), with `dcqcn` off every QP's rate is back at the maximum
+    /// and unpaced, and with `pace` off a QP at the maximum rate is unpaced.
     pub fn set_cc(&mut self, cc: CcConfig) {
         let off = !cc.dcqcn;
         self.cfg.cc = cc;
         let mut unblocked = Vec::new();
         for (idx, q) in self.qps.iter_mut() {
             q.tx_hdr = None;
-            if off && q.cc.rp.take().is_some() {
+            // a QP paced only by the cap runs unpaced once `pace` is off
+            let uncapped = !self.cfg.cc.pace && q.cc.rp.as_ref().is_some_and(|r| r.dcqcn.recovered(&self.cfg.cc));
+            if (off || uncapped) && q.cc.rp.take().is_some() {
                 unblocked.push(idx);
             }
         }

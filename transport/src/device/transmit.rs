@@ -193,8 +193,8 @@ impl<M: Memory> Device<M> {
         if q.cc.np.pending.is_some() {
             return self.emit_cnp(idx, buf);
         }
-        // One branch for a QP that never saw a CNP.
-        let paced = q.cc.paced();
+        // One branch for a QP that never saw a CNP (unless every QP is capped: `CcConfig::pace`).
+        let paced = q.cc.paced() || self.cfg.cc.pace;
         let hold_data = paced && q.cc.held(&self.cfg.cc, now);
         match q.init.qp_type {
             QpType::Rc => {
@@ -241,7 +241,10 @@ impl<M: Memory> Device<M> {
                 let (sport, pkey) = (q.udp_sport, q.pkey);
                 let n = self.emit(idx, &pkt, &av, sport, pkey, buf);
                 if paced && !matches!(pkt.opcode, Opcode::RcAcknowledge | Opcode::RcAtomicAcknowledge) {
-                    self.paced_sent(idx, now, n);
+                    // a split frame's payload and trailer go on the wire too: the pacer and
+                    // the byte counter take the whole frame, not its headers alone
+                    let wire = n.map(|h| h + self.split_out.as_ref().map_or(0, |p| p.len + p.trailer_len as usize));
+                    self.paced_sent(idx, now, wire);
                 }
                 self.schedule(idx);
                 n

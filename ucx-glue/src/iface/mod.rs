@@ -64,11 +64,25 @@ const IDLE_YIELD: u32 = 64;
 
 fn idle_yield() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| match std::env::var("DROCE_UCX_IDLE_YIELD").ok().and_then(|v| v.parse::<u32>().ok()) {
-        Some(0) => u32::MAX,
-        Some(n) => n,
-        None => IDLE_YIELD,
+    *N.get_or_init(|| match parse_idle_yield(std::env::var("DROCE_UCX_IDLE_YIELD").ok().as_deref()) {
+        Ok(n) => n,
+        Err(e) => {
+            // named on stderr at any UCX log level, the default kept (as the provider's knobs)
+            eprintln!("droce: {e}; it stays {IDLE_YIELD}");
+            IDLE_YIELD
+        }
     })
+}
+
+fn parse_idle_yield(v: Option<&str>) -> Result<u32, String> {
+    match v.map(str::trim).filter(|v| !v.is_empty()) {
+        None => Ok(IDLE_YIELD),
+        Some(t) => match t.parse::<u32>() {
+            Ok(0) => Ok(u32::MAX),
+            Ok(n) => Ok(n),
+            Err(_) => Err(format!("DROCE_UCX_IDLE_YIELD='{t}': want a number of idle calls (0: never yield)")),
+        },
+    }
 }
 
 /// Bytes of the droce_ud reliability header at the head of every UD datagram (after the GRH
@@ -535,6 +549,14 @@ pub fn shared_pd(host: &mut Runtime) -> PdHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_idle_yield_is_an_error_not_the_default() {
+        assert_eq!(parse_idle_yield(None), Ok(IDLE_YIELD));
+        assert_eq!(parse_idle_yield(Some("0")), Ok(u32::MAX));
+        assert_eq!(parse_idle_yield(Some("7")), Ok(7));
+        assert!(parse_idle_yield(Some("7x")).unwrap_err().contains("DROCE_UCX_IDLE_YIELD='7x'"));
+    }
 
     #[test]
     fn ud_segments_are_capped_at_the_path_mtu() {
