@@ -137,27 +137,12 @@ impl RoceDevice {
         self.dev.hold_acks()
     }
 
-    /// The safety net of [`RoceConfig::hold_acks`] for a caller that may stop polling (a
-    /// library under an application): called every so often from another thread (with the
-    /// device's lock), it [`flush`](Self::flush)es when no `poll` ran since the previous call
-    /// (`*seen` keeps the count between calls) and frames wait: ACKs held behind a last
-    /// receive, frames the TX ring refused. Returns whether it flushed. Timers and RX stay
-    /// with `poll` (manual progress): only what the device already decided to send leaves.
-    pub fn flush_if_unpolled(&mut self, seen: &mut u64) -> bool {
-        let idle = self.polls == *seen;
-        *seen = self.polls;
-        if idle && (self.dev.tx_ready() || self.tx_pending() > 0) {
-            self.flush();
-            true
-        } else {
-            false
-        }
-    }
-
-    /// [`flush_if_unpolled`](Self::flush_if_unpolled) that also polls: when no `poll` ran since
-    /// the previous call, one [`poll`](Self::poll) (RX, timers) and a [`flush`](Self::flush),
-    /// so a process whose application is away still receives and acknowledges. Returns
-    /// whether it polled.
+    /// The safety net for a caller that may stop polling (a library under an application, or
+    /// one descheduled for a while): called every so often from another thread (with the
+    /// device's lock), when no `poll` ran since the previous call (`*seen` keeps the count
+    /// between calls) it runs one [`poll`](Self::poll) (RX, timers) and a
+    /// [`flush`](Self::flush), so a process whose application is away still receives and
+    /// acknowledges, and ACKs held behind a last receive leave. Returns whether it polled.
     pub fn poll_if_unpolled(&mut self, seen: &mut u64) -> bool {
         let idle = self.polls == *seen;
         if idle {
