@@ -12,6 +12,10 @@
 # A large ACK timeout (-u 22, 17 s) keeps valgrind's slowness from causing retransmissions;
 # the script prints the retransmission counter, which must be 0 for a valid row.
 #
+# The two functions are out of line only with the droce-dpdk feature frame-profile:
+#   cargo build --release -p droce-pmd --features droce-dpdk/frame-profile
+# (a normal build inlines them, and this script then finds no counts to divide).
+#
 # Usage: scripts/bench-instr.sh PMD MTU N [VAR=value ...]    (e.g. target/release/droce-pmd 1024 300)
 set -u
 PMD=$1; MTU=$2; N=$3; shift 3

@@ -92,9 +92,9 @@ impl RoceDevice {
     }
 
     /// The frames of the RX burst in `rx_batch`, in order, each to the receive path or held
-    /// for the next round ([`RxOrder`]). Kept out of line: a profile then shows the per-frame
-    /// RX work apart from the idle polls around it.
-    #[inline(never)]
+    /// for the next round ([`RxOrder`]). Out of line with the `frame-profile` feature, so that
+    /// an instruction profile shows the per-frame RX work apart from the idle polls around it.
+    #[cfg_attr(feature = "frame-profile", inline(never))]
     fn rx_frames(&mut self, now: Instant) {
         let mut batch = core::mem::take(&mut self.rx_batch);
         // Plain ACKs behind a request wait for the next round: the request's completion
@@ -186,9 +186,9 @@ impl RoceDevice {
     }
 
     /// One frame from the transport into an mbuf, routed to the TX queue; false when the
-    /// transport has none or no mbuf is left. Kept out of line: a profile then shows the
-    /// per-frame TX work apart from the idle polls around it.
-    #[inline(never)]
+    /// transport has none or no mbuf is left. Out of line with the `frame-profile` feature, so
+    /// that an instruction profile shows the per-frame TX work apart from the idle polls.
+    #[cfg_attr(feature = "frame-profile", inline(never))]
     fn transmit_one(&mut self, now: Instant, pass: TxPass, zc_min: Option<usize>) -> bool {
         let mut m = match self.spare.take() {
             Some(m) => m,
