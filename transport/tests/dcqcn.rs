@@ -168,6 +168,34 @@ fn post_write(p: &mut Pair, qa: QpHandle, id: u64, off: u64, len: usize) -> Vec<
     data
 }
 
+/// What a's side of a 1 MiB WRITE put on the link (see [`timed_mib_write`]).
+struct TimedWrite {
+    /// Frames and bytes a sent.
+    frames: usize,
+    bytes: u64,
+    /// From the post to a's last frame.
+    took_ns: u64,
+    /// The last frame's length: the pacer lets it leave without waiting for its bytes.
+    last_len: u64,
+}
+
+/// Post a 1 MiB WRITE from a to b, run until it completes, check b's memory, and time it.
+fn timed_mib_write(p: &mut Pair, qa: QpHandle) -> TimedWrite {
+    let start = p.now;
+    let d = post_write(p, qa, 1, 0, 1 << 20);
+    let mut seen = Seen::default();
+    assert!(run(p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
+    assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
+    let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
+    let last = a.last().expect("a sent frames");
+    TimedWrite {
+        frames: a.len(),
+        bytes: a.iter().map(|x| x.2.len() as u64).sum(),
+        took_ns: last.0.saturating_duration_since(start).as_nanos(),
+        last_len: last.2.len() as u64,
+    }
+}
+
 /// The CNP our notification point sends, byte for byte. Layout: RoCEv2 annex A17.9.3 (BTH
 /// opcode 0x81, 16 reserved bytes, ICRC), checked against Scapy's `scapy/contrib/roce.py`
 /// (`cnp(dqpn)`: `BTH(opcode=0x81, becn=1, dqpn=dqpn) / CNPPadding()`, two reserved 64-bit
@@ -354,18 +382,11 @@ fn pacing_holds_the_qp_to_its_rate() {
     assert_eq!(p.a.dev.qp_rate_bps(qa), Some(1_000_000_000));
     assert_eq!(p.b.dev.counters().cnp_sent, 1);
     let _ = qb;
-    let start = p.now;
-    let d = post_write(&mut p, qa, 1, 0, 1 << 20);
-    let mut seen = Seen::default();
-    assert!(run(&mut p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
-    assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
-    let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
-    let bytes: u64 = a.iter().map(|x| x.2.len() as u64).sum();
-    let last = a.last().unwrap().0;
-    let took = last.saturating_duration_since(start).as_nanos();
+    let w = timed_mib_write(&mut p, qa);
     // Time for all but one bucket (the burst allowance) and the last frame.
-    let expect = (bytes - burst - a.last().unwrap().2.len() as u64) * 8;
-    assert!(took >= expect * 99 / 100 && took <= expect * 102 / 100 + 20_000, "{} frames, {bytes} bytes in {took} ns, expected ~{expect}", a.len());
+    let expect = (w.bytes - burst - w.last_len) * 8;
+    let (bytes, took) = (w.bytes, w.took_ns);
+    assert!(took >= expect * 99 / 100 && took <= expect * 102 / 100 + 20_000, "{} frames, {bytes} bytes in {took} ns, expected ~{expect}", w.frames);
     assert!(p.a.dev.counters().cc_pacing_stalls > 100);
 }
 
@@ -693,15 +714,9 @@ fn line_rate_is_a_ceiling_and_pace_makes_it_a_cap() {
         let mut p = pair(cc);
         p.split_min = split;
         let (qa, _) = p.rc_pair(RcOpts::default());
-        let start = p.now;
-        let d = post_write(&mut p, qa, 1, 0, 1 << 20);
-        let mut seen = Seen::default();
-        assert!(run(&mut p, &mut seen, 1_000_000, |_, _, _| false, |p| p.a.poll().is_some()));
-        assert_eq!(p.b.dev.memory().slice(MEM_BASE, 1 << 20), &d[..]);
-        let a: Vec<&(Instant, bool, Vec<u8>)> = seen.frames.iter().filter(|x| x.1).collect();
-        let bytes: u64 = a.iter().map(|x| x.2.len() as u64).sum();
-        let took = a.last().unwrap().0.saturating_duration_since(start).as_nanos();
-        let at_rate = (bytes - burst - a.last().unwrap().2.len() as u64) * 8 * 1_000_000_000 / line;
+        let w = timed_mib_write(&mut p, qa);
+        let (bytes, took) = (w.bytes, w.took_ns);
+        let at_rate = (bytes - burst - w.last_len) * 8 * 1_000_000_000 / line;
         assert_eq!(p.a.dev.qp_rate_bps(qa), Some(line));
         assert_eq!(p.b.dev.counters().cnp_sent, 0);
         if pace {
