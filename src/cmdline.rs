@@ -134,8 +134,8 @@ pub fn parse(line: &str) -> Result<Option<Command>, CmdError> {
             no_more(&w[3..], "set fwd")?;
             Command::SetFwd(m.name)
         }
-        ("set", Some("burst"), n) => Command::SetBurst(number(n, "set burst", 1, crate::args::MAX_BURST)?),
-        ("set", Some("txpkts"), n) => Command::SetTxpkts(number(n, "set txpkts", crate::args::MIN_TXPKTS, 9600)?),
+        ("set", Some("burst"), n) => Command::SetBurst(number(n, "set burst", 1, crate::pkt::MAX_BURST)?),
+        ("set", Some("txpkts"), n) => Command::SetTxpkts(number(n, "set txpkts", crate::pkt::MIN_TXPKTS, 9600)?),
         ("set", Some("nbcore"), n) => Command::SetNbCores(number(n, "set nbcore", 1, 1024)?),
         ("set", Some("promisc"), _) => {
             let sel = port_sel(w.get(2).copied(), "set promisc")?;

@@ -1,7 +1,7 @@
 //! Configuration files: a droce-pmd command line spread over lines (format documented at the top
 //! of `conf/default.conf`, which is also embedded as the no-argument default).
 
-use crate::args::UsageError;
+use crate::args::error::UsageError;
 
 /// The default run, used when droce-pmd is started with no arguments.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../conf/default.conf");

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use droce_dpdk::{MbufBatch, Mempool, Port, QueueId};
 
-use crate::args::MAX_BURST;
+use crate::pkt::MAX_BURST;
 use crate::modes::FwdKind;
 use crate::pkt;
 
@@ -74,7 +74,7 @@ pub fn build(kind: FwdKind, spec: StreamSpec) -> Box<dyn Stream> {
     Box::new(s)
 }
 
-const HDR_LEN: usize = crate::args::MIN_TXPKTS as usize;
+const HDR_LEN: usize = crate::pkt::MIN_TXPKTS as usize;
 
 struct Fwd {
     spec: StreamSpec,

@@ -1,6 +1,11 @@
 //! Frame templates built once per stream and copied into each mbuf by the txonly engine, and
 //! the header rewrites of the mac / macswap engines.
 
+/// Ethernet + IPv4 + UDP headers: the smallest frame txonly can build.
+pub const MIN_TXPKTS: u16 = 14 + 20 + 8;
+/// testpmd's MAX_PKT_BURST.
+pub const MAX_BURST: u16 = 512;
+
 /// Addresses of the UDP/IPv4 frames txonly sends: testpmd's txonly defaults (198.18.0.1 ->
 /// 198.18.0.2, RFC 2544 benchmarking range; UDP port 9 "discard" both ways).
 pub const TX_IP_SRC: [u8; 4] = [198, 18, 0, 1];
@@ -28,7 +33,7 @@ fn csum16(bytes: &[u8]) -> u16 {
 /// An Ethernet / IPv4 / UDP frame of exactly `size` bytes (`size` >= 42), zero payload, valid
 /// IPv4 header checksum and UDP checksum 0 (allowed for IPv4), as testpmd's txonly builds it.
 pub fn udp_ipv4_frame(size: u16, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Vec<u8> {
-    let size = usize::from(size.max(crate::args::MIN_TXPKTS));
+    let size = usize::from(size.max(MIN_TXPKTS));
     let mut f = vec![0u8; size];
     f[0..6].copy_from_slice(&dst_mac);
     f[6..12].copy_from_slice(&src_mac);

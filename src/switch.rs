@@ -28,7 +28,7 @@ use droce_dpdk::{Mbuf, MbufBatch, Mempool, Port, QueueId, Tsc, TscInstant};
 use droce_transport::bottleneck::{Bottleneck, BottleneckConfig, BottleneckStats};
 use droce_transport::Instant;
 
-use crate::args::MAX_BURST;
+use crate::pkt::MAX_BURST;
 use crate::fwd::{Stream, StreamStats};
 
 /// How long a learnt MAC is kept without a frame from it: 802.1D's default ageing time.

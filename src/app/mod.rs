@@ -154,8 +154,8 @@ impl App {
         let nb_lcores = dpdk::lcore_count().max(1);
         let nb_ports = ids.len() as u32;
         let total = opts.total_num_mbufs.unwrap_or_else(|| {
-            let need = nb_ports * (u32::from(opts.rxd) + u32::from(opts.txd) + 2 * u32::from(crate::args::MAX_BURST))
-                + nb_lcores * (256 + u32::from(crate::args::MAX_BURST));
+            let need = nb_ports * (u32::from(opts.rxd) + u32::from(opts.txd) + 2 * u32::from(crate::pkt::MAX_BURST))
+                + nb_lcores * (256 + u32::from(crate::pkt::MAX_BURST));
             need.max(8192 * nb_ports.min(4)).next_power_of_two() - 1
         });
         let pool = Mempool::create(

@@ -9,29 +9,20 @@
 //! against the option table of DPDK 22.11, lets every malformed argument end in one clear line
 //! instead of EAL's usage dump.
 
-use std::fmt;
 
 use crate::switch::BottleneckScope;
 use droce_transport::bottleneck::BottleneckConfig;
 
-/// One line saying what is wrong and what would be right; printed as `droce-pmd: error: ...`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
 
 macro_rules! usage_err {
     ($($t:tt)*) => { UsageError(format!($($t)*)) };
 }
 
 mod eal;
+pub mod error;
 mod options;
+
+pub use error::UsageError;
 
 pub use options::usage;
 use eal::{check_eal, EalCheck};
@@ -129,10 +120,6 @@ impl Default for AppOptions {
 pub const DEFAULT_MBUF_DATA_SIZE: u16 = 2048 + 128;
 /// Mbuf headroom reserved by DPDK (RTE_PKTMBUF_HEADROOM in Debian's build).
 pub const MBUF_HEADROOM: u16 = 128;
-/// Ethernet + IPv4 + UDP headers: the smallest frame txonly can build.
-pub const MIN_TXPKTS: u16 = 14 + 20 + 8;
-/// testpmd's MAX_PKT_BURST.
-pub const MAX_BURST: u16 = 512;
 
 /// A fully split command line.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,8 @@
 use std::fmt;
 
 use super::eal::EAL_LONG;
-use super::{suggest, AppOptions, Topology, UsageError, MAX_BURST, MBUF_HEADROOM, MIN_TXPKTS};
+use super::{suggest, AppOptions, Topology, UsageError, MBUF_HEADROOM};
+use crate::pkt::{MAX_BURST, MIN_TXPKTS};
 use crate::modes;
 use crate::switch::BottleneckScope;
 use droce_transport::bottleneck::BottleneckConfig;
