@@ -106,8 +106,17 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     if let Some(l) = find("Cannot allocate memory").or_else(|| find("Cannot init memory")) {
         return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
     }
-    let boring = ["Detected", "Selected", "IOVA", "Error - exiting", "Unregistering", "'command line'"];
-    let telling = lines.iter().find(|l| ["FATAL", "Cannot", "cannot", "failed", "Failed"].iter().any(|w| l.contains(w)));
+    if let Some(l) = find("Address already in use").filter(|l| l.contains("memif")) {
+        return format!(
+            "a memif server could not create its socket ({l}); another server listens on it, or a server that \
+             is gone left the file behind: remove the file or give socket=PATH another path"
+        );
+    }
+    let boring = ["Detected", "Selected", "IOVA", "Error - exiting", "Unregistering", "'command line'", "mp action callback"];
+    let telling = lines
+        .iter()
+        .filter(|l| !l.contains("mp action callback"))
+        .find(|l| ["FATAL", "Cannot", "cannot", "failed", "Failed"].iter().any(|w| l.contains(w)));
     if let Some(l) = telling.or_else(|| lines.iter().rev().find(|l| !boring.iter().any(|b| l.contains(b)))) {
         return format!("EAL initialisation failed: {} ({fallback})", l.trim_start_matches("EAL: "));
     }
@@ -145,6 +154,12 @@ mod tests {
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: lcore 7 unavailable\nEAL: invalid core list, please check\n\nUsage: x\n  --file-prefix  Prefix for hugepage filenames\n", "x");
         assert!(l.starts_with("EAL rejected the core list (invalid core list"), "{l}");
         let log = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_set_role(): Unknown role: bogus.\nvdev_probe(): failed to initialize net_memif0 device\n";
+        // a stale socket file: the harmless mp-callback line comes first and must not be the reason
+        let stale = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_socket_create(): Failed to setup socket /tmp/m.sock: Address already in use\n";
+        let l = eal_failure_line(stale, "x");
+        assert!(l.contains("/tmp/m.sock: Address already in use") && l.contains("remove the file"), "{l}");
+        let l = eal_failure_line("rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nEAL: FATAL: odd\n", "x");
+        assert!(l.contains("FATAL: odd"), "{l}");
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: invalid parameters for --socket-mem\nUsage: x\nEAL: Invalid 'command line' arguments.\n", "x");
         assert!(l.starts_with("EAL rejected an argument (invalid parameters for --socket-mem)"), "{l}");
