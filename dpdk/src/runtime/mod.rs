@@ -149,6 +149,8 @@ pub struct Runtime {
     cm: CmAgent,
     /// `progress_datapath` calls since the CM agent was last polled.
     cm_skipped: u32,
+    /// `rx_frames` at the last [`received_since_last_look`](Self::received_since_last_look).
+    rx_looked: u64,
     dev: RoceDevice,
     /// Held for its `Drop`.
     _port: ExitPort,
@@ -344,7 +346,9 @@ impl Runtime {
                 let _ = port.wait_link_up(connect_wait.saturating_sub(t0.elapsed()));
             }
             if let Some(wait) = cfg.link_wait {
-                if !port.wait_link_up(wait).unwrap_or(false) {
+                // a memif client has spent part of this same wait connecting
+                let left = if client_sock.is_some() { wait.saturating_sub(t0.elapsed()) } else { wait };
+                if !port.wait_link_up(left).unwrap_or(false) {
                     let hint = if memif { " (is the memif peer running?)" } else { "" };
                     return Err(RuntimeError::Port(format!("{pname}: link did not come up within {wait:?}{hint}")));
                 }
@@ -383,7 +387,7 @@ impl Runtime {
         }
         let link_watch = (memif && cfg.peer.is_some() && mesh.is_none())
             .then(|| LinkWatch { port: port.clone(), was_up: port.link().map(|l| l.up).unwrap_or(false), next: Instant::now(), lost: false, calls: 0 });
-        let mut host = Runtime { link_watch, mesh, lost: Vec::new(), cm, cm_skipped: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal };
+        let mut host = Runtime { link_watch, mesh, lost: Vec::new(), cm, cm_skipped: 0, rx_looked: 0, dev, _port: ExitPort(Some(port)), port_id: id, pool, cfg, _eal: eal };
         host.open_mesh();
         Ok(host)
     }
@@ -429,6 +433,16 @@ impl Runtime {
     /// ended once the peer had gone in the middle of a lossy transfer.
     pub fn progress_datapath_rx(&mut self) -> bool {
         self.datapath_round().0.rx > 0
+    }
+
+    /// Whether frames arrived since the last call, by any poll (a progress thread's too): with
+    /// progress on a thread, an application's bounded waits take this as the peer's activity,
+    /// as they take a manual poll's received frames.
+    pub fn received_since_last_look(&mut self) -> bool {
+        let n = self.dev.counters().rx_frames;
+        let seen = n != self.rx_looked;
+        self.rx_looked = n;
+        seen
     }
 
     fn datapath_round(&mut self) -> (Work, bool) {
