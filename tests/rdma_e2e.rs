@@ -295,6 +295,7 @@ fn server_notices_its_client_gone_mid_test() {
     for (args, sig) in [
         ("--test=send_bw -s 3000 -n 100000000", libc::SIGKILL),
         ("--test=send_lat -s 2000 -n 100000000", libc::SIGKILL),
+        ("--test=write_lat -s 2000 -n 100000000", libc::SIGKILL),
         ("--test=send_bw -s 3000 -n 100000000", libc::SIGSTOP),
         ("--test=write_bw -s 3000 -n 100000000", libc::SIGSTOP),
     ] {
@@ -325,6 +326,52 @@ fn server_notices_its_client_gone_mid_test() {
             assert!(s.out.contains("timed out after 3s"), "{args}: unclear message:\n{}", s.out);
         }
     }
+}
+
+/// The mirror image: the bandwidth client notices a killed server by its control connection,
+/// at once, not after its QP's retries or `--timeout`.
+#[test]
+fn client_notices_its_server_gone_mid_test() {
+    let _g = serial();
+    for args in ["--test=write_bw -s 3000 -n 100000000", "--test=send_bw -c UD -s 1024 -n 100000000"] {
+        let m = Memif::new();
+        let port = free_port();
+        let common = format!("{args} -p {port} --timeout 3 -u 17");
+        let s = spawn(None, 0, &m.vdev(true), &v(&common));
+        m.wait_server();
+        let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+        assert!(s.wait_for("remote address", Duration::from_secs(20)), "server never connected:\n{}", s.output());
+        std::thread::sleep(Duration::from_millis(1500));
+        s.signal(libc::SIGKILL);
+        let t0 = Instant::now();
+        let c = c.finish();
+        let took = t0.elapsed();
+        let _ = s.finish();
+        assert_eq!(c.code, Some(1), "{args}, server killed: client did not fail by itself:\n{}", c.out);
+        assert!(took < Duration::from_secs(2), "{args}: {took:?} to notice the server's exit:\n{}", c.out);
+        assert!(c.out.contains("closed the control connection") || c.out.contains("peer closed the TCP connection"), "{args}: unclear message:\n{}", c.out);
+    }
+}
+
+/// With progress on a thread, the frames the thread receives keep the application's bounded
+/// waits alive: a healthy test longer than `--timeout` passes (before, the server's wait for
+/// the client's end of test expired after `--timeout` however busy the link was).
+#[test]
+fn engine_thread_progress_outlasts_its_timeout() {
+    let _g = serial();
+    let m = Memif::new();
+    let port = free_port();
+    // pair_with's --timeout 15 would win over ours: the processes are started here
+    let common = format!("--test=write_bw -s 65536 -n 100000 --progress=thread -p {port} -u 17 --timeout 1");
+    let s = spawn(None, 0, &m.vdev(true), &v(&common));
+    m.wait_server();
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+    assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
+    let t0 = Instant::now();
+    let (c, s) = (c.finish(), s.finish());
+    assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
+    assert!(c.out.contains("Progress        : engine thread"), "{}", c.out);
+    assert!(t0.elapsed() > Duration::from_millis(1500), "the transfer ({:?}) was too short to outlast --timeout 1", t0.elapsed());
 }
 
 #[test]

@@ -4,7 +4,9 @@
 use super::*;
 
 /// The streaming requester of write_bw, read_bw, atomic_bw and send_bw.
-pub(super) fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> {
+/// The sender of the bandwidth tests. `ctrl` is watched for the server's exit: a killed server
+/// sends nothing more, and its QP would otherwise only retry out.
+pub(super) fn bw_client(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<(report::BwStats, f64)> {
     if r.o.progress == Progress::Thread {
         dv.start_thread()?;
     }
@@ -67,6 +69,9 @@ pub(super) fn bw_client(r: &mut Run, dv: &mut Dev) -> R<(report::BwStats, f64)> 
                 stamps.push(droce_dpdk::rdtsc());
             }
             last.reset();
+        }
+        if ctrl.peer_closed() {
+            return Err(format!("the server closed the control connection after {completed} of {total} completions: it exited or failed"));
         }
         if last.expired() {
             return Err(format!("timed out after {:?} at client: {completed} of {total} completions (peer gone?)", r.o.timeout));
@@ -172,10 +177,19 @@ pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<re
             (ud.iter().map(|c| c.received()).sum(), ud.iter().map(|c| c.lost()).sum())
         };
         let dup: u64 = ud.iter().map(|c| c.duplicates()).sum();
+        // without --verify the payload is not read, so a duplicate counts as a message: the
+        // figures are receives, and duplicates can hide losses
+        let tail = if !ud.is_empty() {
+            format!(", {dup} duplicated; every byte of what arrived verified")
+        } else if received > total {
+            format!(" ({} receives more than messages sent: duplicates, told apart only with --verify)", received - total)
+        } else {
+            " (receives counted; with --verify duplicates are told apart from messages)".to_string()
+        };
         println!(
-            " UD: received {received} of {total} messages, {lost} lost ({:.2} %){}",
-            lost as f64 * 100.0 / total.max(1) as f64,
-            if ud.is_empty() { String::new() } else { format!(", {dup} duplicated; every byte of what arrived verified") }
+            " UD: received {} of {total} messages, {lost} lost ({:.2} %){tail}",
+            received.min(total),
+            lost as f64 * 100.0 / total.max(1) as f64
         );
         if let Some(t) = t0 {
             if completed & (STAMP_STEP - 1) != 0 && completed != total {
@@ -277,7 +291,9 @@ pub(super) fn drain_sends(r: &Run, dv: &mut Dev, mut n: u64) -> R<()> {
     Ok(())
 }
 
-pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> {
+/// WRITE ping-pong (each side polls the last byte of its slot); `ctrl` is watched for the
+/// peer's exit while a WRITE is awaited.
+pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl, client: bool) -> R<Vec<f64>> {
     if r.o.progress == Progress::Thread {
         dv.start_thread()?;
     }
@@ -323,6 +339,9 @@ pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, client: bool) -> R<Vec<f64>> 
                 check_wc(r.side, &wc)?;
                 out -= 1;
                 last.reset();
+            }
+            if ctrl.peer_closed() {
+                return Err(format!("the peer closed the control connection before WRITE {i}: it exited or failed"));
             }
             if last.expired() {
                 return Err(format!("timed out after {:?} at {} waiting for WRITE {i} (peer gone?)", r.o.timeout, r.side));

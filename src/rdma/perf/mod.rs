@@ -366,7 +366,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
             rdma_up(&mut r, &mut ctrl, dv)?;
             if client {
-                let (stats, secs) = bw_client(&mut r, dv)?;
+                let (stats, secs) = bw_client(&mut r, dv, &mut ctrl)?;
                 let _ = secs;
                 hs(&r, &mut ctrl, dv, "the handshake after the test")?;
                 let rep = BwReport { size: r.o.size, iters: o.iters, bw_peak: stats.peak_mbs, bw_avg: stats.avg_mbs, msg_rate: stats.mpps };
@@ -394,7 +394,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             hs(&r, &mut ctrl, dv, "the first handshake")?;
             rdma_up(&mut r, &mut ctrl, dv)?;
             if o.test == Test::WriteLat {
-                let samples = write_lat(&mut r, dv, client)?;
+                let samples = write_lat(&mut r, dv, &mut ctrl, client)?;
                 print_lat(&r, &samples);
             } else if client {
                 let samples = read_atomic_lat(&mut r, dv)?;
@@ -441,7 +441,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                 close(&r, &mut ctrl, dv)?;
                 print_lat(&r, &samples);
             } else if client {
-                let (stats, _) = bw_client(&mut r, dv)?;
+                let (stats, _) = bw_client(&mut r, dv, &mut ctrl)?;
                 close(&r, &mut ctrl, dv)?;
                 println!("{BW_COLUMNS}");
                 println!("{}", bw_row(r.o.size, o.iters, &stats));
