@@ -29,6 +29,8 @@ pub enum CcParseError {
     MissingValue(String),
     /// A value the key cannot take; `want` says what it takes.
     BadValue { key: String, value: String, want: &'static str },
+    /// A mode word (`on`, `off`, `connectx`) after keys: it would reset them.
+    ModeNotFirst(String),
 }
 
 impl fmt::Display for CcParseError {
@@ -37,6 +39,9 @@ impl fmt::Display for CcParseError {
             CcParseError::UnknownKey(k) => write!(f, "unknown congestion-control key '{k}' (known: on, off, connectx, {})", KEYS.join(", ")),
             CcParseError::MissingValue(k) => write!(f, "congestion-control key '{k}' needs a value, e.g. {k}=..."),
             CcParseError::BadValue { key, value, want } => write!(f, "congestion-control key '{key}': '{value}' is not {want}"),
+            CcParseError::ModeNotFirst(m) => {
+                write!(f, "congestion-control mode '{m}' after keys would reset them: put it first, e.g. {m},line_rate=10g")
+            }
         }
     }
 }
@@ -94,9 +99,14 @@ impl FromStr for CcConfig {
     type Err = CcParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut c = CcConfig::default();
+        let mut keys_seen = false;
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let Some((key, value)) = item.split_once('=') else {
-                match item.to_ascii_lowercase().as_str() {
+                let word = item.to_ascii_lowercase();
+                if keys_seen && matches!(word.as_str(), "on" | "off" | "connectx") {
+                    return Err(CcParseError::ModeNotFirst(item.into()));
+                }
+                match word.as_str() {
                     "on" => c = CcConfig::default(),
                     "off" => c = CcConfig::off(),
                     "connectx" => c = CcConfig::connectx(),
@@ -105,6 +115,7 @@ impl FromStr for CcConfig {
                 }
                 continue;
             };
+            keys_seen = true;
             let (key, value) = (key.trim(), value.trim());
             let bad = |want: &'static str| CcParseError::BadValue { key: key.into(), value: value.into(), want };
             let on = || switch(value).ok_or_else(|| bad("on or off"));
@@ -205,5 +216,9 @@ mod tests {
         assert!(e("cnp_dscp=64").contains("in range"));
         assert!(e("rpg_ai_rate=-1").contains("a whole number"));
         assert!(e("rpg_min_rate=0").contains("a rate in Mb/s above 0"), "{}", e("rpg_min_rate=0"));
+        // a mode word resets every key: after keys it would silently discard them
+        assert!(e("line_rate=1g,pace=on,on").contains("mode 'on' after keys would reset them"), "{}", e("line_rate=1g,pace=on,on"));
+        assert!(e("ecn=off,connectx").contains("put it first"));
+        assert!("connectx,ecn=off".parse::<CcConfig>().is_ok());
     }
 }
