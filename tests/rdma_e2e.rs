@@ -275,7 +275,10 @@ fn peer_vanishing_mid_test_fails_cleanly() {
         assert!(t0.elapsed() < Duration::from_secs(30), "client took {:?} to notice", t0.elapsed());
         assert_eq!(c.code, Some(1), "{args}: {}", c.out);
         assert!(
-            c.out.contains("RETRY_EXC_ERR") || c.out.contains("timed out") || c.out.contains("peer closed"),
+            c.out.contains("RETRY_EXC_ERR")
+                || c.out.contains("timed out")
+                || c.out.contains("peer closed")
+                || c.out.contains("closed the control connection"),
             "{args}: unclear message:\n{}",
             c.out
         );
