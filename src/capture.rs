@@ -108,8 +108,8 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     }
     if let Some(l) = find("Address already in use").filter(|l| l.contains("memif")) {
         return format!(
-            "a memif server could not create its socket ({l}); another server listens on it, or a server that \
-             is gone left the file behind: remove the file or give socket=PATH another path"
+            "a memif server could not create its socket ({l}); another server listens on it (droce removes a \
+             socket file only when nothing listens on it): stop that server or give socket=PATH another path"
         );
     }
     let boring = ["Detected", "Selected", "IOVA", "Error - exiting", "Unregistering", "'command line'", "mp action callback"];
@@ -157,7 +157,7 @@ mod tests {
         // a stale socket file: the harmless mp-callback line comes first and must not be the reason
         let stale = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_socket_create(): Failed to setup socket /tmp/m.sock: Address already in use\n";
         let l = eal_failure_line(stale, "x");
-        assert!(l.contains("/tmp/m.sock: Address already in use") && l.contains("remove the file"), "{l}");
+        assert!(l.contains("/tmp/m.sock: Address already in use") && l.contains("another server listens on it"), "{l}");
         let l = eal_failure_line("rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nEAL: FATAL: odd\n", "x");
         assert!(l.contains("FATAL: odd"), "{l}");
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));

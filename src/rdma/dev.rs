@@ -59,6 +59,8 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
         cfg.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
     }
     cfg.source = "from the command line".into();
+    // outside the capture, so that a removal is named on stderr
+    droce_dpdk::runtime::remove_stale_memif_sockets(&cfg.eal_args);
     let (res, log) = crate::capture::capture_stdio(|| Runtime::open(cfg));
     let rt = match res {
         Ok(rt) => rt,

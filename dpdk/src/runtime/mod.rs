@@ -97,7 +97,7 @@ use std::time::{Duration, Instant};
 
 pub use config::{parse_cc, rank_from_env, Progress, RuntimeConfig, RuntimeError, DEFAULT_CLIENT_IP, DEFAULT_SERVER_IP, RANK_VARS};
 pub use progress::{global, install_global, lock_global, start_progress_thread, stop_progress_thread, ACK_WATCHDOG_TICK};
-pub use zeroconf::{mesh_ip, mesh_mac, DefaultLink, MESH_MAX, MESH_OPEN_WAIT};
+pub use zeroconf::{mesh_ip, mesh_mac, remove_stale_memif_sockets, DefaultLink, MESH_MAX, MESH_OPEN_WAIT};
 use zeroconf::{mark_slot_ready, memif_client_socket, Mesh, MeshPeer};
 
 /// How long a configured memif client keeps retrying to reach its server at `Runtime::open`.
@@ -218,7 +218,10 @@ fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
 /// and the calling thread's CPU affinity is restored afterwards (EAL pins it to the main lcore;
 /// the application's threads, and every MPI rank on the machine, would otherwise all land on
 /// that one CPU). Not embedded (droce-pmd): the caller's stdio and EAL's pinning as they are.
+/// A memif server's socket file left behind by a server that is gone is removed first
+/// ([`remove_stale_memif_sockets`]).
 pub fn start_eal(args: &[String], embedded: bool) -> Result<Eal, crate::Error> {
+    remove_stale_memif_sockets(args);
     if !embedded {
         return Eal::init(args);
     }

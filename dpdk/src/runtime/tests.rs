@@ -116,6 +116,30 @@ fn memif_client_socket_from_args() {
 }
 
 #[test]
+fn stale_memif_server_socket_is_removed_live_one_kept() {
+    let dir = std::env::temp_dir().join(format!("droce-stale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (stale, live, plain) = (dir.join("stale.sock"), dir.join("live.sock"), dir.join("plain.sock"));
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap()); // a server that is gone
+    let _l = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    std::fs::write(&plain, b"").unwrap();
+    let vdev = |i: u32, p: &std::path::Path, role: &str| format!("--vdev=net_memif{i},{role}socket={},socket-abstract=no", p.display());
+    let args = vec![
+        "droce".to_string(),
+        vdev(0, &stale, "role=server,"),
+        vdev(1, &live, ""), // DPDK's default role: server
+        vdev(2, &plain, "role=server,"),
+        vdev(3, &stale, "role=client,"),
+    ];
+    assert_eq!(remove_stale_memif_sockets(&args), vec![stale.display().to_string()]);
+    assert!(!stale.exists() && live.exists() && plain.exists());
+    // a client never removes its server's file
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(remove_stale_memif_sockets(&args[4..]).is_empty() && stale.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn jumbo_default_only_where_frames_fit() {
     let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let args = a(&["droce", "--vdev=net_memif0,role=client,bsize=8192", "--vdev=net_memif1,role=server"]);

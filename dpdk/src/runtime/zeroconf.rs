@@ -427,15 +427,50 @@ impl MemifSocket {
 /// /run/memif.sock, abstract).
 pub(super) fn memif_client_socket(eal_args: &[String], port: &str) -> Option<MemifSocket> {
     let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port))?;
-    let kv: Vec<(&str, &str)> = v.split(',').skip(1).filter_map(|p| p.split_once('=')).collect();
+    memif_socket(v, "client")
+}
+
+/// The socket of a memif vdev string (`net_memifN,key=value,...`) whose role is `role`
+/// (DPDK's default role is server).
+fn memif_socket(vdev: &str, role: &str) -> Option<MemifSocket> {
+    let kv: Vec<(&str, &str)> = vdev.split(',').skip(1).filter_map(|p| p.split_once('=')).collect();
     let get = |k: &str| kv.iter().find(|(a, _)| *a == k).map(|(_, b)| *b);
-    if get("role") != Some("client") {
+    if get("role").unwrap_or("server") != role {
         return None;
     }
     Some(MemifSocket {
         path: get("socket").unwrap_or("/run/memif.sock").to_string(),
         abstract_: get("socket-abstract").map(|a| a != "no").unwrap_or(true),
     })
+}
+
+/// Removes the socket files of memif servers among `eal_args` that no process listens on
+/// any more: a server that was killed leaves its file behind, and DPDK's server then fails
+/// with "Address already in use". Only a file that is a Unix socket and refuses a connection
+/// (ECONNREFUSED: bound by nobody) is removed, and the removal is named on stderr; a live
+/// server's socket, a regular file or any other error is left for DPDK to report. Returns the
+/// paths removed.
+pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let servers = eal_args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--vdev="))
+        .filter(|v| v.starts_with("net_memif"))
+        .filter_map(|v| memif_socket(v, "server"))
+        .filter(|s| !s.abstract_);
+    let mut removed = Vec::new();
+    for s in servers {
+        let is_socket = std::fs::symlink_metadata(&s.path).map(|m| m.file_type().is_socket()).unwrap_or(false);
+        if !is_socket {
+            continue;
+        }
+        let refused = matches!(std::os::unix::net::UnixStream::connect(&s.path), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+        if refused && std::fs::remove_file(&s.path).is_ok() {
+            eprintln!("droce: removed the stale memif socket file {} (no server listens on it: the one that made it is gone)", s.path);
+            removed.push(s.path);
+        }
+    }
+    removed
 }
 
 
