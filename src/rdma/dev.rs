@@ -39,6 +39,26 @@ pub struct Setup {
     pub port_index: u16,
 }
 
+/// A warning when `pace=on` is given to the side of a bandwidth test that sends no data: a
+/// pacer shapes what its own side transmits, and the data of read_bw leaves the server (READ
+/// responses), that of write_bw/send_bw/atomic_bw the client. That side alone would leave the
+/// data unpaced without a word.
+fn pace_side_warning(test: super::opts::Test, client: bool, pace: bool) -> Option<String> {
+    use super::opts::Test;
+    let data_from_client = match test {
+        Test::ReadBw => false,
+        Test::WriteBw | Test::SendBw | Test::AtomicBw => true,
+        _ => return None,
+    };
+    (pace && client != data_from_client).then(|| {
+        let (me, other) = if client { ("client", "server") } else { ("server", "client") };
+        format!(
+            "warning: --cc pace=on on this {me} paces only what it sends, not the test's data: in this test the data \
+             leaves the {other}; give the {other} the same --cc"
+        )
+    })
+}
+
 /// Opens the runtime from the command line: the RoCE port is EAL port `o.port_index`, path MTU
 /// 4096 (Ethernet 9000) only when `-m 4096` asks, every ACK leaves within its poll (perftest
 /// measures the wire, not an ACK-hold policy), the link must come up within `--timeout`.
@@ -54,6 +74,9 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     cfg.pcap = o.pcap.clone();
     if let Some(c) = &o.cc {
         (cfg.cc, cfg.cc_line_rate_given) = droce_dpdk::runtime::parse_cc(c).map_err(|e| format!("--cc: {e}"))?;
+        if let Some(w) = pace_side_warning(o.test, o.server.is_some(), cfg.cc.pace) {
+            eprintln!("{w}");
+        }
     }
     if let Some(f) = &o.faults {
         cfg.faults = Some(f.parse().map_err(|e| format!("--faults: {e}"))?);
@@ -488,5 +511,24 @@ pub fn check_wc(side: &str, wc: &WorkCompletion) -> R<()> {
         Ok(())
     } else {
         Err(wc_error(side, wc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::opts::Test;
+    use super::pace_side_warning;
+
+    #[test]
+    fn pace_on_the_side_without_data_is_named() {
+        let w = pace_side_warning(Test::ReadBw, true, true).expect("read_bw client");
+        assert!(w.contains("this client") && w.contains("leaves the server"), "{w}");
+        assert!(pace_side_warning(Test::WriteBw, false, true).is_some_and(|w| w.contains("leaves the client")));
+        assert!(pace_side_warning(Test::SendBw, false, true).is_some());
+        // the data side, pace off, and the latency tests (both sides send) say nothing
+        assert_eq!(pace_side_warning(Test::ReadBw, false, true), None);
+        assert_eq!(pace_side_warning(Test::WriteBw, true, true), None);
+        assert_eq!(pace_side_warning(Test::ReadBw, true, false), None);
+        assert_eq!(pace_side_warning(Test::WriteLat, true, true), None);
     }
 }
