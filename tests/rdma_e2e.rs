@@ -158,6 +158,25 @@ fn ud_send_bw_under_loss_counts_lost_datagrams() {
     }
 }
 
+/// A UD peer's address is resolved before the first datagram, as ibv_create_ah does: with the
+/// client's first ARP exchange lost (its first frame out and its first frame in dropped), the
+/// retried request resolves the server and the run loses nothing. Before, the first sends
+/// waited behind the lost request, the hold queue (256 frames) filled within microseconds and
+/// the rest were dropped while each send completed with success: ~90 % lost.
+#[test]
+fn ud_peer_resolved_before_the_first_datagram() {
+    let (s, c) = pair_with("--test=send_bw -c UD -s 1024 -n 2000 --verify", "", "--faults=both:drop=1,frames=1");
+    assert_eq!((s.code, c.code), (Some(0), Some(0)), "server:\n{}\n--- client:\n{}", s.out, c.out);
+    assert_eq!(counter(&c.out, "injected_faults"), 2, "{}", c.out);
+    // the client's lost request was retried, or the server's retried request reached it
+    // (an ARP request for us teaches us its sender): either is resolution after the losses
+    assert!(counter(&c.out, "arp_requests_tx") + counter(&c.out, "arp_requests_rx") >= 2, "no request after the losses:\n{}", c.out);
+    assert_eq!(counter(&c.out, "neigh_unresolved_drops") + counter(&c.out, "neigh_queue_full"), 0, "{}", c.out);
+    let line = s.out.lines().find(|l| l.starts_with(" UD: received ")).unwrap_or_else(|| panic!("no UD loss line:\n{}", s.out));
+    let n: Vec<u64> = line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    assert!(n[0] >= 1900, "{line}");
+}
+
 #[test]
 fn mtu_4096_verified() {
     for args in ["--test=write_bw -s 65536 -n 60 -m 4096", "--test=read_lat -s 20000 -n 30 -m 4096", "--test=send_bw -c UD -s 4096 -n 100 -m 4096"] {

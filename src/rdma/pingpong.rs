@@ -82,6 +82,8 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
         let mut av = d.av(peer.gid, sgid);
         if ud {
             av.hop_limit = 64;
+            // as ibv_create_ah: the peer's MAC known before the first datagram
+            d.resolve_av(&av, o.timeout).map_err(|e| format!("UD address of the peer: {e}"))?;
             return Ok(Some(UdDest { av, remote_qpn: Qpn::new(peer.qpn), remote_qkey: QKey(DEF_QKEY) }));
         }
         av.hop_limit = 1;

@@ -50,6 +50,23 @@ impl RoceDevice {
         }
     }
 
+    /// The MAC frames to `dgid` go to, or `None` while it resolves (a request goes out now if
+    /// none is pending; the retry timers ask again). Our own addresses answer at once.
+    pub fn resolve_gid(&mut self, dgid: droce_transport::Gid) -> Option<[u8; 6]> {
+        let ip = dgid.to_ipv4().map_or(IpAddr::V6(dgid.to_ipv6()), IpAddr::V4);
+        let own = match ip {
+            IpAddr::V4(a) => self.cfg.ipv4.contains(&a),
+            IpAddr::V6(a) => self.cfg.ipv6.contains(&a),
+        };
+        if own {
+            return Some(self.mac());
+        }
+        let now = self.now().0;
+        let mac = self.neigh.resolve(ip, Instant(now));
+        self.neigh_transmit(now);
+        mac
+    }
+
     /// Retries of unanswered requests; frames of destinations that gave up are dropped.
     pub(super) fn neigh_timers(&mut self, now: u64) {
         drop(self.neigh.handle_timeout(Instant(now)));

@@ -129,6 +129,27 @@ impl Runtime {
         self.dev.av(dgid, sgid_index)
     }
 
+    /// Resolves the MAC of `av`'s destination (ARP / neighbour solicitation, retried), polling
+    /// the device meanwhile, as the creation of a verbs address handle does: UD sends made
+    /// after it find the destination known instead of filling the hold queue behind an
+    /// unanswered request (past 256 held frames they were dropped, each completing with
+    /// success). Err naming the destination after `timeout`.
+    pub fn resolve_av(&mut self, av: &AddressVector, timeout: std::time::Duration) -> Result<[u8; 6], String> {
+        let t0 = std::time::Instant::now();
+        loop {
+            if let Some(mac) = self.dev.resolve_gid(av.dgid) {
+                return Ok(mac);
+            }
+            if t0.elapsed() > timeout {
+                let ip = av.dgid.to_ipv4().map_or(std::net::IpAddr::V6(av.dgid.to_ipv6()), std::net::IpAddr::V4);
+                return Err(format!("{ip} did not answer ARP / neighbour solicitation within {timeout:?}"));
+            }
+            if !self.progress() {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ work requests
 
     pub fn post_send(&mut self, qp: QpHandle, wr: SendWr) -> Result<(), PostSendError> {

@@ -419,6 +419,8 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                     let k = *r.remote(q);
                     let mut av = dv.manual()?.av(k.gid, sgid);
                     av.hop_limit = 64;
+                    // as ibv_create_ah: the peer's MAC known before the first datagram
+                    dv.manual()?.resolve_av(&av, o.timeout).map_err(|e| format!("UD address of the peer: {e}"))?;
                     r.qps[q].ud = Some(UdDest { av, remote_qpn: Qpn::new(k.qpn), remote_qkey: QKey(DEF_QKEY) });
                 }
             }

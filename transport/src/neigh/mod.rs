@@ -121,6 +121,19 @@ impl<T> Neighbours<T> {
     pub fn lookup(&mut self, ip: IpAddr, now: Instant) -> Option<[u8; 6]> {
         self.table.lookup(ip, now)
     }
+    /// The MAC of `ip` if known and fresh; else starts resolving it (one ARP request / NS now,
+    /// retried by [`Neighbours::handle_timeout`] as for a held frame) and returns `None`. What
+    /// an address handle does before its first send: verbs resolve the destination when the
+    /// AH is made, so that a burst of UD sends is not dropped behind an unanswered request.
+    pub fn resolve(&mut self, ip: IpAddr, now: Instant) -> Option<[u8; 6]> {
+        if let Some(mac) = self.table.lookup(ip, now) {
+            return Some(mac);
+        }
+        if self.table.start_request(ip, now) {
+            self.solicit(ip);
+        }
+        None
+    }
     /// Frames waiting for resolution, all destinations.
     pub fn held_frames(&self) -> usize {
         self.table.held_frames()

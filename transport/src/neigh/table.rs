@@ -147,6 +147,17 @@ impl<T> NeighTable<T> {
         HoldResult::HeldSendRequest
     }
 
+    /// Start resolving `ip` without a frame to hold (an address handle made ahead of its
+    /// sends). True when a request is to be sent now: `ip` is neither known and fresh nor
+    /// already pending, and the pending table has room.
+    pub fn start_request(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if self.lookup(ip, now).is_some() || self.pending.contains_key(&ip) || self.pending.len() >= self.cfg.max_pending {
+            return false;
+        }
+        self.pending.insert(ip, Pending { held: VecDeque::new(), tries: 1, next_try: now + self.cfg.retry() });
+        true
+    }
+
     /// Earliest retry deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.pending.values().map(|p| p.next_try).min()

@@ -232,6 +232,36 @@ fn route_holds_bounded_and_asks_once() {
 }
 
 #[test]
+fn resolve_asks_once_retries_and_learns_without_a_frame() {
+    let mut a = port_a();
+    let b = IpAddr::V4(IP_B);
+    assert_eq!(a.resolve(b, Instant(0)), None);
+    assert_eq!(a.resolve(b, Instant(1)), None, "pending: no second request");
+    let out = sent(&mut a);
+    assert_eq!(out.len(), 1);
+    assert_eq!(arp_of(&out[0]).target_protocol_addr, IP_B);
+    // the request was lost: the retry timer asks again, as for a held frame
+    assert!(a.handle_timeout(Instant(10)).is_empty());
+    assert_eq!(sent(&mut a).len(), 1, "one retry");
+    let r = a.handle_arp(Instant(11), &arp(ArpOperation::Reply, MAC_B, IP_B, IP_A)).unwrap();
+    assert_eq!(r, Some(Released { mac: MAC_B, frames: vec![] }));
+    assert_eq!(a.resolve(b, Instant(12)), Some(MAC_B));
+    assert!(sent(&mut a).is_empty(), "known: nothing asked");
+    assert_eq!(a.held_frames(), 0);
+    // frames routed while a resolve is pending are held behind it and released with it
+    let c = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3));
+    assert_eq!(a.resolve(c, Instant(20)), None);
+    assert_eq!(a.route(Instant(20), c, 7), Route::Held);
+    assert_eq!(sent(&mut a).len(), 1, "the frame does not ask again");
+    // a resolve that gives up drops nothing it did not hold, and may start again
+    assert_eq!(a.handle_timeout(Instant(30)), Vec::<u32>::new());
+    assert_eq!(a.handle_timeout(Instant(40)), Vec::<u32>::new());
+    assert_eq!(a.handle_timeout(Instant(50)), vec![7]);
+    assert_eq!(a.resolve(c, Instant(60)), None);
+    assert_eq!(sent(&mut a).len(), 3, "two retries, then a fresh request");
+}
+
+#[test]
 fn retries_then_drops_counted() {
     let mut a = port_a();
     a.route(Instant(0), IpAddr::V4(IP_B), 1);
