@@ -504,6 +504,51 @@ fn memif_client_retries_until_its_server_listens() {
     assert!(t0.elapsed() < Duration::from_secs(30), "not bounded: {:?}", t0.elapsed());
 }
 
+/// A memif client waits `--timeout` in all for its link, counted from its start: a server
+/// that appears late and then never completes the memif handshake (here a socket that accepts
+/// connections and says nothing) ends the client at `--timeout`, not after a second full wait
+/// for the link on top of the one for the connect (it took 20.2 s for `--timeout 10`).
+/// A Unix socket of memif's type (SOCK_SEQPACKET) bound at `path` and listening; its fd.
+fn seqpacket_listener(path: &std::path::Path) -> i32 {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: plain socket calls on a zeroed sockaddr_un whose path fits (checked), results checked
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0);
+        assert!(fd >= 0);
+        let mut a: libc::sockaddr_un = std::mem::zeroed();
+        a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let p = path.as_os_str().as_bytes();
+        assert!(p.len() < a.sun_path.len());
+        for (d, s) in a.sun_path.iter_mut().zip(p) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, &a as *const libc::sockaddr_un as *const libc::sockaddr, len), 0);
+        assert_eq!(libc::listen(fd, 4), 0);
+        fd
+    }
+}
+
+#[test]
+fn memif_client_waits_its_timeout_once_in_all() {
+    let _g = serial();
+    let m = Memif::new();
+    let sock = m.dir.join("m.sock");
+    let t0 = Instant::now();
+    let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 3 127.0.0.1"));
+    std::thread::sleep(Duration::from_millis(2000));
+    // bound and listening: the kernel completes the client's connect; nothing answers it
+    let mute = seqpacket_listener(&sock);
+    let c = c.finish();
+    // SAFETY: our own descriptor, closed once
+    unsafe { libc::close(mute) };
+    let took = t0.elapsed();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains("link did not come up within"), "{}", c.out);
+    // 3 s, plus the start-up of the process; a second wait would end after 5 s at the earliest
+    assert!(took < Duration::from_millis(4700), "the client waited {took:?} for --timeout 3:\n{}", c.out);
+}
+
 #[test]
 fn mismatches_and_limits_are_named() {
     // different tests on the two sides: both stop at the first exchange, naming both tests
