@@ -316,6 +316,49 @@ fn ucp_tag_lat_tag_bw_put_bw_get() {
     ucp("tag_lat", "-n 50 -w 5 -s 1000000");
 }
 
+/// The `droce Rc|Ud: <calls> progress calls, <polls> device polls` lines of
+/// `DROCE_UCX_STATS`, in output order: (transport, calls, polls).
+fn progress_stats(out: &str) -> Vec<(String, u64, u64)> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("droce ")?;
+            let (tl, rest) = rest.split_once(": ")?;
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            (w.len() >= 6 && w[1] == "progress" && w[5] == "polls").then(|| Some((tl.to_string(), w[0].parse().ok()?, w[3].parse().ok()?)))?
+        })
+        .collect()
+}
+
+/// One device poll per UCP progress round: UCP progresses droce_rc and droce_ud one after the
+/// other, and a poll fills both interfaces' completion queues, so the interface that comes
+/// second only takes its completions (two polls per round cost the busy receiver of a
+/// rendezvous stream a second RX burst, TX flush and timer check for nothing). The data
+/// still arrives (tag_bw with 1 MiB rendezvous messages, then tag_lat on the eager path).
+#[test]
+fn ucp_polls_the_device_once_per_progress_round() {
+    if !tools() {
+        return;
+    }
+    for (test, extra) in [("tag_bw", "-n 100 -w 10 -s 1048576"), ("tag_lat", "-n 20000 -w 100 -s 8")] {
+        let e = pair_env(&unique("ucxpoll"), &[("UCX_TLS", "droce_rc,droce_ud"), ("DROCE_UCX_STATS", "1")]);
+        let (_, out) = perftest_outputs("", &format!("-t {test} {extra}"), &e, &[]).unwrap_or_else(|m| panic!("UCP {test}: {m}"));
+        let st = progress_stats(&out);
+        assert_eq!(st.len(), 4, "one line per interface and process:\n{out}");
+        for p in st.chunks(2) {
+            let mut tls: Vec<&str> = p.iter().map(|s| s.0.as_str()).collect();
+            tls.sort();
+            assert_eq!(tls, ["Rc", "Ud"], "{out}");
+            let calls = p.iter().map(|s| s.1).max().unwrap();
+            let polls: u64 = p.iter().map(|s| s.2).sum();
+            eprintln!("{test}: {p:?}");
+            // Both interfaces progress on every round; droce_ud's own acknowledgements and
+            // retransmissions poll too (a few per message), hence the margin.
+            assert!(p.iter().all(|s| s.1 * 10 >= calls * 9), "both interfaces progress: {p:?}");
+            assert!(calls > 1000 && polls <= calls + calls / 20 + 200, "{test}: {polls} device polls in {calls} progress rounds: {p:?}");
+        }
+    }
+}
+
 /// The harness reports a failing pair (a transport that does not exist).
 #[test]
 fn perftest_failure_is_reported() {
