@@ -34,11 +34,11 @@ impl Iface {
             }
         }
         // The device (the CM agent, unused by UCX, only now and then), unless another
-        // interface polled it since this one's last call: one poll fills every interface's
-        // completion queue, so on a worker with both droce_rc and droce_ud the first of them
-        // in UCX's progress round polls and the second only takes its completions from that
-        // poll (a second poll right after the first finds the ring as that one left it, and
-        // still pays for the RX burst, the TX flush and the timer checks).
+        // interface polled it since this one's last call and found nothing: one poll fills
+        // every interface's completion queue, so on an idle worker with both droce_rc and
+        // droce_ud the first of them in UCX's progress round polls and the second only takes
+        // its completions (a second poll right after an empty one finds the ring as that one
+        // left it, and still pays for the RX burst, the TX flush and the timer checks).
         let busy = {
             let gi = &mut *g;
             gi.stat_progress[0] += 1;
@@ -49,7 +49,7 @@ impl Iface {
                     polled(&mut gi.poll_seen, b);
                     b
                 }
-                Turn::Skip { busy } => busy,
+                Turn::Skip => false,
             };
             gi.stat_progress[2] += busy as u64;
             busy
@@ -293,22 +293,23 @@ pub(super) struct PollSeen {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Turn {
     Poll,
-    /// Another interface polled since; `busy` when one of those polls found work (the idle
-    /// count must not grow while the device streams: it gives the CPU up).
-    Skip { busy: bool },
+    Skip,
 }
 
-/// Whether this progress call polls the device: when no other interface did since this one's
-/// last call, or when this call queued frames of its own (droce_ud's acknowledgements and
-/// retransmissions leave with the call's poll). Call [`polled`] after a poll.
+/// Whether this progress call polls the device. It skips when another interface polled since
+/// this one's last call and none of those polls found work: the ring was empty a moment ago.
+/// It polls when nobody else did (the other interface stopped progressing), when a poll since
+/// found work (a stream: the ring may hold the next burst already, as many frames per round
+/// as with a poll per interface), and when this call queued frames of its own (droce_ud's
+/// acknowledgements and retransmissions leave with the call's poll). Call [`polled`] after
+/// a poll.
 pub(super) fn poll_turn(seen: &mut PollSeen, posted: bool) -> Turn {
     let now = PollSeen { polls: DEVICE_POLLS.load(Ordering::Relaxed), busy: DEVICE_BUSY_POLLS.load(Ordering::Relaxed) };
-    if posted || now.polls == seen.polls {
+    if posted || now.polls == seen.polls || now.busy != seen.busy {
         return Turn::Poll;
     }
-    let busy = now.busy != seen.busy;
     *seen = now;
-    Turn::Skip { busy }
+    Turn::Skip
 }
 
 /// Count a device poll (`busy`: it found work) and remember it as this interface's last sight.
@@ -321,26 +322,30 @@ pub(super) fn polled(seen: &mut PollSeen, busy: bool) {
 mod tests {
     use super::*;
 
-    /// Two interfaces progressed in turn: the first polls every round, the second skips and
-    /// sees whether that poll found work; alone, the second polls from its next call; a call
+    /// Two interfaces progressed in turn: while the first one's polls find nothing the second
+    /// skips; after a poll that found work it polls too; alone, it polls at every call; a call
     /// that queued its own frames always polls.
     #[test]
-    fn one_poll_per_round_of_two_interfaces() {
+    fn one_poll_per_idle_round_of_two_interfaces() {
         let (mut a, mut b) = (PollSeen::default(), PollSeen::default());
         assert_eq!(poll_turn(&mut a, false), Turn::Poll);
-        polled(&mut a, true);
-        assert_eq!(poll_turn(&mut b, false), Turn::Skip { busy: true });
+        polled(&mut a, false);
         for _ in 0..3 {
+            assert_eq!(poll_turn(&mut b, false), Turn::Skip);
             assert_eq!(poll_turn(&mut a, false), Turn::Poll);
             polled(&mut a, false);
-            assert_eq!(poll_turn(&mut b, false), Turn::Skip { busy: false });
         }
+        // a found work: b looks too
+        assert_eq!(poll_turn(&mut b, false), Turn::Skip);
         assert_eq!(poll_turn(&mut a, false), Turn::Poll);
         polled(&mut a, true);
+        assert_eq!(poll_turn(&mut b, false), Turn::Poll);
+        polled(&mut b, false);
+        // b polled, found nothing: a skips this once
+        assert_eq!(poll_turn(&mut a, false), Turn::Skip);
         assert_eq!(poll_turn(&mut b, true), Turn::Poll, "its own acknowledgements leave now");
         polled(&mut b, false);
-        // a sees that poll and skips; with a gone, b polls at every call
-        assert_eq!(poll_turn(&mut a, false), Turn::Skip { busy: false });
+        // a is gone: b polls at every call
         assert_eq!(poll_turn(&mut b, false), Turn::Poll);
         polled(&mut b, false);
         assert_eq!(poll_turn(&mut b, false), Turn::Poll);
