@@ -316,6 +316,54 @@ fn ucp_tag_lat_tag_bw_put_bw_get() {
     ucp("tag_lat", "-n 50 -w 5 -s 1000000");
 }
 
+/// The `droce Rc|Ud: <calls> progress calls, <polls> device polls (<busy> with work)` lines
+/// of `DROCE_UCX_STATS`, in output order: (transport, calls, polls, busy).
+fn progress_stats(out: &str) -> Vec<(String, u64, u64, u64)> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("droce ")?;
+            let (tl, rest) = rest.split_once(": ")?;
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            if w.len() < 8 || w[1] != "progress" || w[5] != "polls" {
+                return None;
+            }
+            Some((tl.to_string(), w[0].parse().ok()?, w[3].parse().ok()?, w[6].trim_start_matches('(').parse().ok()?))
+        })
+        .collect()
+}
+
+/// An idle UCP progress round polls the device once: UCP progresses droce_rc and droce_ud one
+/// after the other, and a poll fills both interfaces' completion queues, so after a poll that
+/// found nothing the second interface only takes its completions (two polls per round cost
+/// every idle round a second RX burst, TX flush and timer check). After a poll that found
+/// work the second polls too. The data still arrives (tag_bw with 1 MiB rendezvous messages,
+/// then tag_lat on the eager path).
+#[test]
+fn ucp_polls_the_device_once_per_idle_progress_round() {
+    if !tools() {
+        return;
+    }
+    for (test, extra) in [("tag_bw", "-n 100 -w 10 -s 1048576"), ("tag_lat", "-n 20000 -w 100 -s 8")] {
+        let e = pair_env(&unique("ucxpoll"), &[("UCX_TLS", "droce_rc,droce_ud"), ("DROCE_UCX_STATS", "1")]);
+        let (_, out) = perftest_outputs("", &format!("-t {test} {extra}"), &e, &[]).unwrap_or_else(|m| panic!("UCP {test}: {m}"));
+        let st = progress_stats(&out);
+        assert_eq!(st.len(), 4, "one line per interface and process:\n{out}");
+        for p in st.chunks(2) {
+            let mut tls: Vec<&str> = p.iter().map(|s| s.0.as_str()).collect();
+            tls.sort();
+            assert_eq!(tls, ["Rc", "Ud"], "{out}");
+            let calls = p.iter().map(|s| s.1).max().unwrap();
+            let polls: u64 = p.iter().map(|s| s.2).sum();
+            let busy: u64 = p.iter().map(|s| s.3).sum();
+            eprintln!("{test}: {p:?}");
+            assert!(p.iter().all(|s| s.1 * 10 >= calls * 9), "both interfaces progress: {p:?}");
+            // One poll per round, one more after each poll that found work, and droce_ud's own
+            // acknowledgements and retransmissions (a few per message), hence the margin.
+            assert!(calls > 1000 && polls <= calls + busy + calls / 50 + 200, "{test}: {polls} device polls ({busy} with work) in {calls} progress rounds: {p:?}");
+        }
+    }
+}
+
 /// The harness reports a failing pair (a transport that does not exist).
 #[test]
 fn perftest_failure_is_reported() {

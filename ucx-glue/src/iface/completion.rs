@@ -6,6 +6,7 @@ use super::*;
 use super::ud::{IMM_UD_ACK, UD_TIMER_EVERY};
 use droce_transport::status::{WcOpcode, WcStatus};
 use droce_transport::verbs::{WcFlags, WorkCompletion};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 impl Iface {
     /// Poll the host and this interface's completions.
@@ -17,20 +18,42 @@ impl Iface {
         }
         let mut ev = std::mem::take(&mut g.ev_spare);
         let mut h = lock(self.host);
+        let mut posted = false;
         if self.kind == Kind::Ud {
             // Acknowledgements that found no datagram to ride on since the last call, then due
             // retransmissions; both leave with this call's device poll.
             if g.ud_rx.has_ack_due() {
                 self.ud_send_acks(&mut g, &mut h);
+                posted = true;
             }
             g.tick = g.tick.wrapping_add(1);
             if g.ud_fast || g.tick % UD_TIMER_EVERY == 0 && g.eps.iter().flatten().any(|e| e.failed.is_none() && e.rel.as_ref().is_some_and(|r| r.needs_timer())) {
                 g.ud_fast = false;
                 self.ud_timers(&mut g, &mut h, &mut ev);
+                posted = true;
             }
         }
-        // The device every call; the CM agent (unused by UCX) only now and then.
-        let busy = h.progress_datapath();
+        // The device (the CM agent, unused by UCX, only now and then), unless another
+        // interface polled it since this one's last call and found nothing: one poll fills
+        // every interface's completion queue, so on an idle worker with both droce_rc and
+        // droce_ud the first of them in UCX's progress round polls and the second only takes
+        // its completions (a second poll right after an empty one finds the ring as that one
+        // left it, and still pays for the RX burst, the TX flush and the timer checks).
+        let busy = {
+            let gi = &mut *g;
+            gi.stat_progress[0] += 1;
+            let busy = match poll_turn(&mut gi.poll_seen, posted) {
+                Turn::Poll => {
+                    gi.stat_progress[1] += 1;
+                    let b = h.progress_datapath();
+                    polled(&mut gi.poll_seen, b);
+                    b
+                }
+                Turn::Skip => false,
+            };
+            gi.stat_progress[2] += busy as u64;
+            busy
+        };
         let mut seen = g.lost_seen;
         let lost = h.lost_peers_since(&mut seen).to_vec();
         if !lost.is_empty() {
@@ -51,6 +74,7 @@ impl Iface {
             }
         }
         drop(h);
+        g.stat_progress[3] += out.count as u64;
         if !g.iface_waiters.is_empty() && g.free_tx.len() == g.lay.tx_count {
             for comp in std::mem::take(&mut g.iface_waiters) {
                 ev.push(Event::Complete { comp, status: UCS_OK });
@@ -251,5 +275,79 @@ impl Iface {
                 g.ud_done = over;
             }
         }
+    }
+}
+
+/// Device polls made by any interface of this process, and how many of them found work; only
+/// changed with the host's lock held (the runtime is one per process).
+static DEVICE_POLLS: AtomicU64 = AtomicU64::new(0);
+static DEVICE_BUSY_POLLS: AtomicU64 = AtomicU64::new(0);
+
+/// What an interface saw of [`DEVICE_POLLS`] and [`DEVICE_BUSY_POLLS`] at its last progress call.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PollSeen {
+    polls: u64,
+    busy: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Turn {
+    Poll,
+    Skip,
+}
+
+/// Whether this progress call polls the device. It skips when another interface polled since
+/// this one's last call and none of those polls found work: the ring was empty a moment ago.
+/// It polls when nobody else did (the other interface stopped progressing), when a poll since
+/// found work (a stream: the ring may hold the next burst already, as many frames per round
+/// as with a poll per interface), and when this call queued frames of its own (droce_ud's
+/// acknowledgements and retransmissions leave with the call's poll). Call [`polled`] after
+/// a poll.
+pub(super) fn poll_turn(seen: &mut PollSeen, posted: bool) -> Turn {
+    let now = PollSeen { polls: DEVICE_POLLS.load(Ordering::Relaxed), busy: DEVICE_BUSY_POLLS.load(Ordering::Relaxed) };
+    if posted || now.polls == seen.polls || now.busy != seen.busy {
+        return Turn::Poll;
+    }
+    *seen = now;
+    Turn::Skip
+}
+
+/// Count a device poll (`busy`: it found work) and remember it as this interface's last sight.
+pub(super) fn polled(seen: &mut PollSeen, busy: bool) {
+    seen.polls = DEVICE_POLLS.fetch_add(1, Ordering::Relaxed) + 1;
+    seen.busy = if busy { DEVICE_BUSY_POLLS.fetch_add(1, Ordering::Relaxed) + 1 } else { DEVICE_BUSY_POLLS.load(Ordering::Relaxed) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two interfaces progressed in turn: while the first one's polls find nothing the second
+    /// skips; after a poll that found work it polls too; alone, it polls at every call; a call
+    /// that queued its own frames always polls.
+    #[test]
+    fn one_poll_per_idle_round_of_two_interfaces() {
+        let (mut a, mut b) = (PollSeen::default(), PollSeen::default());
+        assert_eq!(poll_turn(&mut a, false), Turn::Poll);
+        polled(&mut a, false);
+        for _ in 0..3 {
+            assert_eq!(poll_turn(&mut b, false), Turn::Skip);
+            assert_eq!(poll_turn(&mut a, false), Turn::Poll);
+            polled(&mut a, false);
+        }
+        // a found work: b looks too
+        assert_eq!(poll_turn(&mut b, false), Turn::Skip);
+        assert_eq!(poll_turn(&mut a, false), Turn::Poll);
+        polled(&mut a, true);
+        assert_eq!(poll_turn(&mut b, false), Turn::Poll);
+        polled(&mut b, false);
+        // b polled, found nothing: a skips this once
+        assert_eq!(poll_turn(&mut a, false), Turn::Skip);
+        assert_eq!(poll_turn(&mut b, true), Turn::Poll, "its own acknowledgements leave now");
+        polled(&mut b, false);
+        // a is gone: b polls at every call
+        assert_eq!(poll_turn(&mut b, false), Turn::Poll);
+        polled(&mut b, false);
+        assert_eq!(poll_turn(&mut b, false), Turn::Poll);
     }
 }

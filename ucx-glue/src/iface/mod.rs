@@ -315,6 +315,11 @@ struct Inner {
     tick: u32,
     /// UD: datagrams sent again (DROCE_UCX_STATS).
     retransmits: u64,
+    /// Progress calls, the device polls they made, the polls that found work, completions
+    /// taken (DROCE_UCX_STATS).
+    stat_progress: [u64; 4],
+    /// The process's device polls as this interface last saw them (one poll serves all).
+    poll_seen: completion::PollSeen,
     /// UD: an endpoint has a fast retransmission due.
     ud_fast: bool,
     /// How many of the host's lost peers ([`Runtime::lost_peers_since`]) were seen: the
@@ -398,6 +403,8 @@ impl Iface {
             ep_gen: 0,
             tick: 0,
             retransmits: 0,
+            stat_progress: [0; 4],
+            poll_seen: Default::default(),
             ud_fast: false,
             lost_seen: 0,
         };
@@ -441,6 +448,8 @@ impl Iface {
             if self.kind == Kind::Ud {
                 eprintln!("droce_ud: {} datagrams sent again", g.retransmits);
             }
+            let [calls, polls, busy, wcs] = g.stat_progress;
+            eprintln!("droce {:?}: {calls} progress calls, {polls} device polls ({busy} with work), {wcs} completions", self.kind);
         }
         h.flush(); // held ACKs (RuntimeConfig::hold_acks) leave before the queues go
         let d = &mut *h;
