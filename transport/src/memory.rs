@@ -26,6 +26,17 @@ pub trait Memory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
     /// Copy `data` to `addr..addr + data.len()`.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError>;
+    /// [`write`](Self::write) of one part of a received message of at least `message_len`
+    /// bytes (a WRITE's RETH length, a READ's length; for a SEND, the bytes placed so far
+    /// with this part). An embedder may copy the parts of a large message past the caches
+    /// (non-temporal stores): a transfer larger than the caches evicts its own first bytes
+    /// anyway, and a copy that does not read the destination lines first moves about twice
+    /// as fast into memory the CPU has not touched lately. The bytes must be visible to
+    /// every thread once the call returns (the completion may be polled from another one).
+    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
+        let _ = message_len;
+        self.write(addr, data)
+    }
     /// 64-bit compare-and-swap at an 8-byte aligned address in host byte order
     /// (IBA 9.4.5: the atomic is performed on the 64-bit value in the responder's memory).
     /// Returns the original value.
@@ -76,6 +87,9 @@ impl<T: Memory + ?Sized> Memory for Box<T> {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         (**self).write(addr, data)
     }
+    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
+        (**self).write_part(addr, data, message_len)
+    }
     fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
         (**self).cmp_swap(addr, compare, swap)
     }
@@ -96,11 +110,22 @@ impl<T: Memory + ?Sized> Memory for Box<T> {
 pub struct VecMemory {
     base: u64,
     bytes: Vec<u8>,
+    /// `(part length, message length)` of every [`Memory::write_part`], once
+    /// [`VecMemory::log_parts`] turned the log on (tests).
+    parts: Option<Vec<(usize, u64)>>,
 }
 
 impl VecMemory {
     pub fn new(base: u64, len: usize) -> Self {
-        VecMemory { base, bytes: vec![0; len] }
+        VecMemory { base, bytes: vec![0; len], parts: None }
+    }
+    /// Keep `(part length, message length)` of every message part written from now on.
+    pub fn log_parts(&mut self) {
+        self.parts = Some(Vec::new());
+    }
+    /// The parts logged since [`VecMemory::log_parts`], emptied.
+    pub fn take_parts(&mut self) -> Vec<(usize, u64)> {
+        self.parts.as_mut().map(std::mem::take).unwrap_or_default()
     }
     pub fn base(&self) -> u64 {
         self.base
@@ -145,6 +170,12 @@ impl Memory for VecMemory {
         let r = self.range(addr, data.len()).ok_or(MemoryError)?;
         self.bytes[r].copy_from_slice(data);
         Ok(())
+    }
+    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
+        if let Some(p) = &mut self.parts {
+            p.push((data.len(), message_len));
+        }
+        self.write(addr, data)
     }
     fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
         let r = self.word(addr)?;
@@ -240,6 +271,24 @@ pub(crate) fn scatter<M: Memory>(
     data: &[u8],
 ) -> Result<(), WcStatus> {
     let placed = scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr))?;
+    if placed {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
+/// [`scatter`] of one part of a message of at least `message_len` bytes
+/// ([`Memory::write_part`]).
+pub(crate) fn scatter_part<M: Memory>(
+    mem: &mut M,
+    sges: &[Sge],
+    offset: u64,
+    data: &[u8],
+    message_len: u64,
+) -> Result<(), WcStatus> {
+    let placed =
+        scatter_with(sges, offset, data, |addr, chunk| mem.write_part(addr, chunk, message_len).map_err(|_| WcStatus::LocProtErr))?;
     if placed {
         Ok(())
     } else {

@@ -288,3 +288,37 @@ fn by_default_a_corrupted_write_last_leaves_memory_untouched() {
     b.dev.handle_rx(now, &mut frames[1].clone());
     assert_eq!(b.dev.memory().slice(dst, len), &pattern(3, len)[..]);
 }
+
+/// Each received part is written with the length of the message it belongs to, so that an
+/// embedder can place large messages past the caches (`Memory::write_part`): a WRITE's RETH
+/// length on every part, a READ's length on every response, a SEND's bytes so far.
+#[test]
+fn parts_carry_their_message_length() {
+    let mtu = 1024usize;
+    let mut p = Pair::new(LinkConfig::PERFECT, 7, MEM);
+    let (qa, qb) = p.rc_pair(RcOpts { mtu: PathMtu::Mtu1024, ..RcOpts::default() });
+    let (la, lb, rb) = (p.a.mr.lkey, p.b.mr.lkey, p.b.mr.rkey);
+    let (src, dst, len) = (MEM_BASE + 0x1000, MEM_BASE + 0x80000, 3 * mtu + 5);
+    p.a.dev.memory_mut().write(src, &pattern(1, len)).unwrap();
+    p.a.dev.memory_mut().log_parts();
+    p.b.dev.memory_mut().log_parts();
+    let whole = len as u64;
+    let parts = [mtu, mtu, mtu, 5];
+
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(src, len as u32, la).with_remote(dst, rb)).unwrap();
+    wait_wcs(&mut p, 1);
+    assert_eq!(p.b.dev.memory_mut().take_parts(), parts.map(|n| (n, whole)), "WRITE: the RETH length on every part");
+
+    p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(dst, 4 * mtu as u32, lb)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(src, len as u32, la)).unwrap();
+    wait_wcs(&mut p, 2);
+    let so_far = [mtu, 2 * mtu, 3 * mtu, len].map(|n| n as u64);
+    let want: Vec<(usize, u64)> = parts.iter().zip(so_far).map(|(&n, s)| (n, s)).collect();
+    assert_eq!(p.b.dev.memory_mut().take_parts(), want, "SEND: the bytes so far");
+
+    p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Read).with_sge(src, len as u32, la).with_remote(dst, rb)).unwrap();
+    wait_wcs(&mut p, 1);
+    assert_eq!(p.a.dev.memory_mut().take_parts(), parts.map(|n| (n, whole)), "READ: the request's length on every response");
+    assert!(p.a.dev.memory().slice(src, len) == p.b.dev.memory().slice(dst, len), "READ data differs");
+}
+

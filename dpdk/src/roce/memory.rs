@@ -22,11 +22,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct ProcessMemory {
     /// `(start, end)` of every registered range; a range registered twice appears twice.
     regions: Vec<(u64, u64)>,
+    /// Received messages of at least this many bytes are placed with non-temporal stores
+    /// ([`Memory::write_part`]); `None`: every payload through the caches.
+    stream_min: Option<u64>,
 }
 
 impl ProcessMemory {
     pub fn new() -> Self {
         ProcessMemory::default()
+    }
+
+    /// Memory that places the parts of received messages of at least `min` bytes past the
+    /// caches (`None`: never). See [`Memory::write_part`] and `docs/design.md`, "Where the
+    /// payload is copied".
+    pub fn with_stream_min(min: Option<u64>) -> Self {
+        ProcessMemory { stream_min: min, ..ProcessMemory::default() }
     }
 
     /// Allow the device to reach `addr..addr + len`.
@@ -84,6 +94,46 @@ impl ProcessMemory {
     }
 }
 
+/// Parts shorter than this go through the caches whatever the message: the head and tail
+/// of a non-temporal copy (to and from 16-byte alignment) and its fence would dominate.
+const STREAM_PART_MIN: usize = 256;
+
+/// Copies `src` to `dst` with non-temporal stores (SSE2 `movntdq`, baseline on x86-64) for the
+/// 16-byte-aligned middle and plain copies for the ends, then fences: the stores are weakly
+/// ordered, and the completion that follows (a plain store, maybe read by another thread)
+/// must not become visible before them. Elsewhere a plain copy.
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for writes and not overlap `src`.
+unsafe fn copy_stream(dst: *mut u8, src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let n = src.len();
+        let head = ((dst as usize).wrapping_neg() & 15).min(n);
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+        let mut i = head;
+        while i + 64 <= n {
+            let s = src.as_ptr().add(i) as *const __m128i;
+            let d = dst.add(i) as *mut __m128i;
+            let (a, b, c, e) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+            i += 64;
+        }
+        while i + 16 <= n {
+            _mm_stream_si128(dst.add(i) as *mut __m128i, _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i));
+            i += 16;
+        }
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), n - i);
+        _mm_sfence();
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len());
+}
+
 impl Memory for ProcessMemory {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         if buf.is_empty() {
@@ -105,6 +155,17 @@ impl Memory for ProcessMemory {
         // SAFETY: addr..addr+len lies inside a registered range, valid for writes by the
         // contract of `add_region`; `data` is a received frame, not registered memory.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
+        if !self.stream_min.is_some_and(|m| message_len >= m) || data.len() < STREAM_PART_MIN {
+            return self.write(addr, data);
+        }
+        self.check(addr, data.len())?;
+        // SAFETY: as in `write`: addr..addr+len lies inside a registered range, valid for
+        // writes; `data` is a received frame, not registered memory.
+        unsafe { copy_stream(addr as *mut u8, data) };
         Ok(())
     }
 
@@ -156,5 +217,35 @@ mod tests {
         assert!(!m.remove_region(base, 128));
         assert_eq!(m.read(base, &mut out), Err(MemoryError));
         assert_eq!(buf[1], 9);
+    }
+
+    /// A streamed part lands byte for byte like a plain write, at every alignment and
+    /// length around the SIMD steps; small parts, small messages and memory without a
+    /// threshold take the plain copy; bounds are checked the same.
+    #[test]
+    fn streamed_parts_land_like_plain_writes() {
+        let mut plain_buf = vec![0u8; 9000];
+        let mut nt_buf = vec![0u8; 9000];
+        let (pb, nb) = (plain_buf.as_mut_ptr() as u64, nt_buf.as_mut_ptr() as u64);
+        let mut plain = ProcessMemory::new();
+        let mut nt = ProcessMemory::with_stream_min(Some(1 << 20));
+        // SAFETY: both buffers outlive the memories' use below and are read only after it.
+        unsafe {
+            plain.add_region(pb, 9000).unwrap();
+            nt.add_region(nb, 9000).unwrap();
+        }
+        let data: Vec<u8> = (0..4200u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut at = 0u64;
+        for len in (0..300).chain([1024, 1027, 4096, 4099, 4200]) {
+            let off = at % 61;
+            plain.write_part(pb + off, &data[..len], 1 << 20).unwrap();
+            nt.write_part(nb + off, &data[..len], 1 << 20).unwrap();
+            assert_eq!(plain_buf, nt_buf, "len {len} at offset {off}");
+            at += 13;
+        }
+        assert_eq!(nt.write_part(nb + 8999, &data[..300], 1 << 20), Err(MemoryError), "crosses the end");
+        // below the threshold and without one: plain writes (same bytes either way)
+        nt.write_part(nb, &data[..4096], 1000).unwrap();
+        assert_eq!(&nt_buf[..4096], &data[..4096]);
     }
 }

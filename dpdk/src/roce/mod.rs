@@ -180,6 +180,10 @@ pub struct RoceConfig {
     /// would need the memory DMA-mapped), and not while a capture or TX fault injection reads
     /// the frames. Default [`TX_ZERO_COPY_MIN`]; env `DROCE_TX_ZC` = `off` / `0` or a size.
     pub tx_zero_copy: Option<usize>,
+    /// Received messages of at least this many bytes are copied into registered memory with
+    /// non-temporal stores ([`ProcessMemory::with_stream_min`]); `None`: through the caches.
+    /// Env `DROCE_NT_MIN` = `off` / `0` or a size in bytes.
+    pub rx_stream_min: Option<u64>,
 }
 
 /// Default smallest payload sent zero-copy (`docs/design.md`, "Where the payload is copied").
@@ -192,6 +196,26 @@ const ZERO_COPY_DRIVERS: [&str; 6] = ["net_memif", "net_ring", "net_af_packet", 
 /// `DROCE_TX_ZC` (`off`, `no`, `0`: copy every payload; a number: the smallest payload sent
 /// zero-copy) and `DROCE_FUSED_RX` (`1` / `yes` / `on`: the one-pass receive; by default
 /// the ICRC is checked, then the payload copied): the A/B switches of the two payload paths.
+/// Default smallest received message placed with non-temporal stores (`docs/design.md`,
+/// "Where the payload is copied").
+pub const RX_STREAM_MIN: Option<u64> = None;
+
+/// `DROCE_NT_MIN`: `off` / `0`, `on` (the default size) or a message size in bytes.
+fn stream_min_env() -> Option<u64> {
+    match std::env::var("DROCE_NT_MIN").ok().map(|v| v.trim().to_ascii_lowercase()) {
+        None => RX_STREAM_MIN,
+        Some(v) if v == "off" || v == "no" || v == "0" => None,
+        Some(v) if v.is_empty() || v == "on" || v == "yes" => RX_STREAM_MIN.or(Some(1 << 20)),
+        Some(v) => match v.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                eprintln!("droce: DROCE_NT_MIN='{v}' is not off, on or a message size in bytes; using the default");
+                RX_STREAM_MIN
+            }
+        },
+    }
+}
+
 fn payload_path_env() -> (Option<usize>, bool) {
     let zc = match std::env::var("DROCE_TX_ZC").ok().map(|v| v.trim().to_ascii_lowercase()) {
         None => Some(TX_ZERO_COPY_MIN),
@@ -246,6 +270,7 @@ impl RoceConfig {
             transport: DeviceConfig { fused_rx: payload_path_env().1, ..DeviceConfig::default() },
             checksum_offload: true,
             tx_zero_copy: payload_path_env().0,
+            rx_stream_min: stream_min_env(),
         }
     }
 }
@@ -415,7 +440,7 @@ impl RoceDevice {
         if memif && tcfg.max_unacked_psns == DeviceConfig::default().max_unacked_psns && PathMtu::for_eth_mtu(eth_mtu) <= PathMtu::Mtu1024 {
             tcfg.max_unacked_psns = MEMIF_WINDOW;
         }
-        let dev = Device::new(tcfg, ProcessMemory::new());
+        let dev = Device::new(tcfg, ProcessMemory::with_stream_min(cfg.rx_stream_min));
         let frame_len = dev.max_frame_len();
         let have = pool.data_room_size() as usize - crate::sys::RTE_PKTMBUF_HEADROOM as usize;
         if have < frame_len {
