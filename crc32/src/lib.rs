@@ -24,7 +24,7 @@
 //! `unsafe` is confined to the `x86` module (the intrinsics and the loads); each block says
 //! why it holds.
 
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code, unsafe_op_in_unsafe_fn)]
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
