@@ -1,6 +1,6 @@
-//! ICRC throughput: droce's implementation (carry-less multiply through `crc32fast`; in place,
-//! as the TX and RX paths run it, and with the copied prefix, as `icrc::compute`) against
-//! the table-driven `crc` crate and the AVX-512/VPCLMULQDQ `crc-fast` crate, on whole RoCEv2
+//! ICRC throughput: droce's implementation (`droce-crc32`; in place, as the TX and RX paths
+//! run it, and read-only, as `icrc::compute`) against the same in place with crc32fast (the
+//! kernel before droce-crc32), the table-driven `crc` crate and the AVX-512/VPCLMULQDQ `crc-fast` crate, on whole RoCEv2
 //! frames (RC SEND Middle over IPv4) with 64 B, 1 KiB and 4 KiB of payload (frames of 122,
 //! 1082 and 4154 bytes). Plain `harness = false` main printing GB/s and ratios.
 //!
@@ -43,7 +43,25 @@ fn crc_fast(state: u32, data: &[u8]) -> u32 {
     d.finalize() as u32
 }
 fn crc32fast_update(state: u32, data: &[u8]) -> u32 {
-    icrc::crc32_update(state, data)
+    let mut h = crc32fast::Hasher::new_with_initial(state);
+    h.update(data);
+    h.finalize()
+}
+
+/// `icrc::compute_in_place` as it was with crc32fast (IPv4 without options, for the bench):
+/// the variant fields set to ones in the frame, one hasher pass, the fields put back.
+fn crc32fast_in_place(ip: &mut [u8]) -> u32 {
+    const AT: [usize; 7] = [1, 8, 10, 11, 26, 27, 32];
+    let mut saved = [0u8; 7];
+    for (i, &a) in AT.iter().enumerate() {
+        saved[i] = ip[a];
+        ip[a] = 0xff;
+    }
+    let crc = crc32fast_update(icrc::LRH_SEED, ip);
+    for (i, &a) in AT.iter().enumerate() {
+        ip[a] = saved[i];
+    }
+    crc
 }
 
 /// The ICRC procedure of `icrc::compute` with a pluggable CRC (IPv4 only, for the bench).
@@ -155,16 +173,19 @@ fn main() {
         return;
     }
     println!("ICRC throughput, one core, GB/s over the ICRC-covered bytes (IP header .. pad)");
+    println!("droce-crc32 kernel: {:?}", droce_crc32::kernel());
     println!(
-        "{:>7} | {:>14} | {:>14} | {:>12} | {:>13} | {:>9} | {:>14} | {:>15}",
+        "{:>7} | {:>15} | {:>14} | {:>14} | {:>12} | {:>13} | {:>9} | {:>14} | {:>15} | {:>22}",
         "payload",
+        "crc32fast in pl",
         "droce in place",
         "droce (chosen)",
         "crc Table<1>",
         "crc Table<16>",
         "crc-fast",
         "chosen/Table1",
-        "chosen/crc-fast"
+        "chosen/crc-fast",
+        "ns/frame in place b/a"
     );
     for size in [64usize, 1024, 4096] {
         let f = frame(size);
@@ -184,9 +205,11 @@ fn main() {
         assert_eq!(icrc::compute(body).unwrap(), want);
         let mut scratch = body.to_vec();
         assert_eq!(icrc::compute_in_place(&mut scratch).unwrap(), want);
+        assert_eq!(crc32fast_in_place(&mut scratch), want);
         let scratch = std::cell::RefCell::new(scratch);
         let r = measure(
             &[
+                &|_| crc32fast_in_place(&mut scratch.borrow_mut()),
                 &|_| icrc::compute_in_place(&mut scratch.borrow_mut()).unwrap(),
                 &|b| icrc::compute(b).unwrap(),
                 &|b| icrc_with(crc_table1, b),
@@ -195,17 +218,21 @@ fn main() {
             ],
             body,
         );
-        let (in_place, chosen, t1, t16, cf) = (r[0], r[1], r[2], r[3], r[4]);
+        let (old, in_place, chosen, t1, t16, cf) = (r[0], r[1], r[2], r[3], r[4], r[5]);
+        let ns = |gbs: f64| body.len() as f64 / gbs;
         println!(
-            "{:>6}B | {:>14.2} | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x",
+            "{:>6}B | {:>15.2} | {:>14.2} | {:>14.2} | {:>12.2} | {:>13.2} | {:>9.2} | {:>13.1}x | {:>14.2}x | {:>9.1} / {:>9.1}",
             size,
+            old,
             in_place,
             chosen,
             t1,
             t16,
             cf,
             chosen / t1,
-            chosen / cf
+            chosen / cf,
+            ns(old),
+            ns(in_place)
         );
     }
 }

@@ -9,13 +9,16 @@
 //! 4. the BTH with byte 4 (FECN, BECN and reserved bits) set to all ones,
 //! 5. everything after the BTH up to the ICRC (extension headers, payload, pad).
 //!
-//! It travels least significant byte first. The datapath uses [`compute_in_place`] /
-//! [`verify_in_place`]: the variant fields are set to ones in the frame for the one CRC pass
-//! and put back. [`compute`] / [`verify`], for read-only bytes, copy only the masked prefix
-//! (at most 80 bytes) to the stack and continue over the rest in place. Neither copies the
-//! payload.
+//! It travels least significant byte first. The CRC kernel is `droce-crc32`'s. With its
+//! AVX-512 kernel every variant here makes one pass that only reads the frame: the variant
+//! fields' ones are OR-ed into the bytes as the kernel loads them. With the fallback
+//! (crc32fast), [`compute_in_place`] / [`verify_in_place`], which the datapath uses, set the
+//! variant fields to ones in the frame for the one CRC pass and put them back, and
+//! [`compute`] / [`verify`], for read-only bytes, copy only the masked prefix (at most 80
+//! bytes) to the stack and continue over the rest in place. None copies the payload.
 
 use super::{bth, ipv4, ipv6, udp, Error, Result};
+use droce_crc32::Ones;
 
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
@@ -45,21 +48,19 @@ pub const LRH_SEED: u32 = crc32_bitwise(0, &[0xff; 8]);
 
 /// Continues a CRC-32: `crc32_update(crc32(a), b) == crc32(a ++ b)`, `crc32_update(0, a) == crc32(a)`.
 ///
-/// Carry-less multiply through `crc32fast` (PCLMULQDQ folding; since 1.5 it picks its AVX2 or
-/// AVX-512 VPCLMULQDQ loops at run time where the CPU has them); chosen over the table-driven
-/// `crc` crate and `crc-fast` by `benches/icrc.rs` (see BENCHMARKS.md).
+/// Carry-less multiply through `droce-crc32`: its AVX-512 VPCLMULQDQ kernel where the CPU
+/// has it (1 KiB in ~27 ns against crc32fast's ~43), crc32fast elsewhere (and under
+/// valgrind); chosen over crc32fast, the table-driven `crc` crate and `crc-fast` by
+/// `cargo bench -p droce-crc32` and `benches/icrc.rs` (see BENCHMARKS.md).
 ///
-/// Nothing to add returns `state` as it is: the hasher's constructor (a CPU feature check and
-/// setup) would cost the zero-copy transmit path ~55-60 instructions per frame for the empty
-/// pad of every payload that is a multiple of 4 bytes.
+/// Nothing to add returns `state` as it is (the empty pad of every payload that is a
+/// multiple of 4 bytes costs no call into a kernel).
 #[inline]
 pub fn crc32_update(state: u32, data: &[u8]) -> u32 {
     if data.is_empty() {
         return state;
     }
-    let mut h = crc32fast::Hasher::new_with_initial(state);
-    h.update(data);
-    h.finalize()
+    droce_crc32::update(state, data)
 }
 
 /// Length of the IP header and of the invariant-masked prefix (IP + UDP + BTH) of `ip_packet`.
@@ -85,7 +86,7 @@ fn prefix_len(ip_packet: &[u8]) -> Result<(usize, usize)> {
 
 /// The variant fields of a prefix with an IP header of `ip_len` bytes: (offset from the IP
 /// header, bits the ICRC sees as ones). At most 8 entries; the rest of the array is unused.
-fn variant_fields(version: u8, ip_len: usize) -> ([(usize, u8); 8], usize) {
+const fn variant_fields(version: u8, ip_len: usize) -> ([(usize, u8); 8], usize) {
     let udp_ck = ip_len + 6;
     let resv8a = ip_len + udp::HEADER_LEN + bth::ICRC_MASKED_BYTE;
     if version == 6 && ip_len == ipv6::HEADER_LEN {
@@ -99,37 +100,66 @@ fn variant_fields(version: u8, ip_len: usize) -> ([(usize, u8); 8], usize) {
     }
 }
 
+/// The variant fields as bits the CRC sees as ones (`ip_len` at most 60: the offsets stay
+/// below 80, inside [`droce_crc32::ONES_LEN`]).
+const fn ones_for(version: u8, ip_len: usize) -> Ones {
+    let (fields, k) = variant_fields(version, ip_len);
+    let mut o = Ones::ZERO;
+    let mut i = 0;
+    while i < k {
+        o.bytes[fields[i].0] |= fields[i].1;
+        i += 1;
+    }
+    o
+}
+
+/// The masks of the two headers every frame has: IPv4 without options, IPv6.
+static ONES_V4: Ones = ones_for(4, ipv4::HEADER_LEN);
+static ONES_V6: Ones = ones_for(6, ipv6::HEADER_LEN);
+
+/// The CRC of the masked prefix and the rest of `ip_packet`, in one pass that reads the
+/// packet and never writes it: the kernel ORs the variant fields' ones into the bytes as it
+/// loads them.
+fn masked_crc(ip_packet: &[u8]) -> Result<u32> {
+    let (ip_len, _) = prefix_len(ip_packet)?;
+    let version = ip_packet[0] >> 4;
+    let crc = if version == 6 {
+        droce_crc32::update_with_ones(LRH_SEED, ip_packet, &ONES_V6)
+    } else if ip_len == ipv4::HEADER_LEN {
+        droce_crc32::update_with_ones(LRH_SEED, ip_packet, &ONES_V4)
+    } else {
+        // IPv4 with options: a mask for this header length
+        droce_crc32::update_with_ones(LRH_SEED, ip_packet, &ones_for(4, ip_len))
+    };
+    Ok(crc)
+}
+
 /// Computes the ICRC of `ip_packet`, which runs from the first byte of the IP header to the
 /// last pad byte (the ICRC trailer excluded). Fails when it is too short to hold IP, UDP and
 /// BTH headers or is not IPv4/IPv6.
 ///
-/// Copies the masked prefix (at most 80 bytes) to the stack and runs the CRC in two parts;
-/// where the buffer may be written, [`compute_in_place`] does one pass.
+/// With the AVX-512 kernel, one pass that reads the packet only (the variant fields' ones
+/// OR-ed in as the bytes are loaded); with the fallback, the masked prefix (at most 80
+/// bytes) copied to the stack and the CRC run in two parts, where [`compute_in_place`]
+/// does one pass.
 pub fn compute(ip_packet: &[u8]) -> Result<u32> {
-    let (ip_len, n) = prefix_len(ip_packet)?;
-    // IPv4 options (up to 40 bytes) would make the prefix up to 80 bytes.
-    let mut masked = [0u8; 60 + 20];
-    let m = &mut masked[..n];
-    m.copy_from_slice(&ip_packet[..n]);
-    let (fields, k) = variant_fields(m[0] >> 4, ip_len);
-    for &(at, ones) in &fields[..k] {
-        m[at] |= ones;
-    }
-    // One hasher for both parts: its constructor runs the CPU feature check and setup,
-    // which on a 64-byte payload costs about as much as the CRC itself.
-    let mut h = crc32fast::Hasher::new_with_initial(LRH_SEED);
-    h.update(m);
-    h.update(&ip_packet[n..]);
-    Ok(h.finalize())
+    masked_crc(ip_packet)
 }
 
-/// [`compute`] with the buffer as scratch: sets the variant fields to ones in place, runs
-/// the CRC in one pass over the whole packet, and puts the fields back, so `ip_packet` is
-/// unchanged on return. One pass instead of a copied prefix plus the rest saves the second
-/// CRC kernel's setup and reduction (`cargo bench --bench icrc`, GB/s in place vs copied
-/// prefix: 3.49 vs 2.73 on a 64-byte SEND, 20.7 vs 18.3 with 1 KiB of payload; 2-3 % of the
-/// CPU per frame in `roce_bw`).
+/// [`compute`] where the buffer may be written; `ip_packet` is unchanged on return.
+///
+/// With the AVX-512 kernel this is [`compute`]: no byte of the packet is written. With the
+/// fallback (crc32fast) it sets the variant fields to ones in place, runs one CRC pass over
+/// the whole packet and puts the fields back: one pass instead of a copied prefix plus the
+/// rest saves the second kernel's setup and reduction (`cargo bench --bench icrc`, GB/s in
+/// place vs copied prefix: 3.49 vs 2.73 on a 64-byte SEND, 20.7 vs 18.3 with 1 KiB of
+/// payload). The AVX-512 kernel needs no stores: OR-ing at load also spares the wait of its
+/// wide loads for the byte stores just before them (BENCHMARKS.md, 2026-11-24: a 108-byte
+/// body ~10 ns masked beforehand, ~26 ns masked in place).
 pub fn compute_in_place(ip_packet: &mut [u8]) -> Result<u32> {
+    if droce_crc32::kernel() == droce_crc32::Kernel::Avx512 {
+        return masked_crc(ip_packet);
+    }
     let (ip_len, _) = prefix_len(ip_packet)?;
     let (fields, k) = variant_fields(ip_packet[0] >> 4, ip_len);
     let mut saved = [0u8; 8];
@@ -189,6 +219,54 @@ mod tests {
             h.update(&[]);
             assert_eq!(crc32_update(s, &[]), h.finalize());
             assert_eq!(crc32_update(s, &[]), crc32_bitwise(s, &[]));
+        }
+    }
+
+    /// The ICRC by the book with the reference CRC (crc32fast): the prefix copied, the
+    /// variant fields set to ones, the CRC over the copy.
+    fn icrc_reference(p: &[u8]) -> u32 {
+        let (ip_len, _) = prefix_len(p).unwrap();
+        let (fields, k) = variant_fields(p[0] >> 4, ip_len);
+        let mut m = p.to_vec();
+        for &(at, ones) in &fields[..k] {
+            m[at] |= ones;
+        }
+        let mut h = crc32fast::Hasher::new_with_initial(LRH_SEED);
+        h.update(&m);
+        h.finalize()
+    }
+
+    /// Whichever kernel runs (run with DROCE_CRC32_FALLBACK=1 for the fallback), `compute`,
+    /// `compute_in_place` and `verify_in_place` agree with the reference on IPv4 without
+    /// and with options (every header length) and IPv6, for bodies from the bare headers
+    /// to 8 KiB of random bytes, and leave the packet as it was.
+    #[test]
+    fn every_header_and_length_matches_reference() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        };
+        let headers: Vec<(u8, usize)> = (5..=15u8).map(|ihl| (0x40 | ihl, ihl as usize * 4)).chain([(0x6a, 40)]).collect();
+        let tails = (0..=300).chain([1000, 1024, 1028, 4096, 4100, 8192]);
+        for tail in tails {
+            for &(first, ip_len) in &headers {
+                let n = ip_len + udp::HEADER_LEN + bth::HEADER_LEN + tail;
+                let mut p: Vec<u8> = (0..n).map(|_| rnd()).collect();
+                p[0] = first;
+                let want = icrc_reference(&p);
+                let before = p.clone();
+                assert_eq!(compute(&p).unwrap(), want, "compute ip_len {ip_len} tail {tail}");
+                assert_eq!(compute_in_place(&mut p).unwrap(), want, "in place ip_len {ip_len} tail {tail}");
+                assert_eq!(p, before);
+                p.extend_from_slice(&want.to_le_bytes());
+                assert!(verify_in_place(&mut p), "verify ip_len {ip_len} tail {tail}");
+                let last = p.len() - 1;
+                p[last] ^= 0x80;
+                assert!(!verify_in_place(&mut p) && !verify(&p), "bad icrc ip_len {ip_len} tail {tail}");
+            }
         }
     }
 
