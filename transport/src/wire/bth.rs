@@ -177,7 +177,6 @@ pub struct BthRepr {
 
 impl BthRepr {
     /// Parses the BTH; fails on an opcode droce does not support.
-    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &BthPacket<T>) -> Result<BthRepr> {
         p.check_len()?;
         Ok(BthRepr {
