@@ -80,17 +80,24 @@ impl<M: Memory> Device<M> {
     /// With [`DeviceConfig::fused_rx`], an in-sequence SEND or WRITE continuation whose
     /// destination the QP's state alone gives is checked and placed in one pass
     /// ([`Self::rx_fused`]); every other frame has its ICRC checked before anything else.
+    ///
+    /// The headers are read once: the common bulk frame through the fixed-offset prediction
+    /// ([`RoceRepr::parse_predicted`]), every other one header by header; both give the same
+    /// record, so what follows does not depend on which one read it.
     pub fn handle_rx(&mut self, now: Instant, frame: &mut [u8]) {
-        let (repr, range) = match RoceRepr::parse_without_icrc(frame) {
-            Ok(x) => x,
-            Err(wire::Error) => {
-                if icrc_failed(frame) {
-                    self.counters.rcvd_icrc_err += 1;
-                } else {
-                    self.counters.rcvd_malformed += 1;
+        let (repr, range) = match RoceRepr::parse_predicted(frame) {
+            Some(x) => x,
+            None => match RoceRepr::parse_without_icrc(frame) {
+                Ok(x) => x,
+                Err(wire::Error) => {
+                    if icrc_failed(frame) {
+                        self.counters.rcvd_icrc_err += 1;
+                    } else {
+                        self.counters.rcvd_malformed += 1;
+                    }
+                    return;
                 }
-                return;
-            }
+            },
         };
         let l3 = wire::eth::HEADER_LEN;
         let ip_end = l3 + repr.ip.header_len() + repr.ip.payload_len();
@@ -109,7 +116,7 @@ impl<M: Memory> Device<M> {
             self.counters.rcvd_icrc_err += 1;
             return;
         }
-        self.dispatch(now, frame, repr, range, placed);
+        self.dispatch(now, frame, &repr, range, placed);
     }
 
     /// The one-pass receive of a request whose payload destination comes from the QP's state
@@ -164,7 +171,7 @@ impl<M: Memory> Device<M> {
     }
 
     /// A frame whose ICRC is good (or was checked while its payload was `placed`).
-    fn dispatch(&mut self, now: Instant, frame: &[u8], repr: RoceRepr, range: core::ops::Range<usize>, placed: bool) {
+    fn dispatch(&mut self, now: Instant, frame: &[u8], repr: &RoceRepr, range: core::ops::Range<usize>, placed: bool) {
         let payload = &frame[range];
         if repr.eth.dst_addr != EthernetAddress(self.cfg.mac) || !self.cfg.gids.contains(&repr.ip.dst_gid()) {
             self.counters.rcvd_not_for_us += 1;
@@ -225,17 +232,17 @@ impl<M: Memory> Device<M> {
                 self.counters.rcvd_pkts += 1;
                 if ce {
                     let peer = q.attr.dest_qp_num;
-                    self.notify_ce(idx, now, &repr, peer);
+                    self.notify_ce(idx, now, repr, peer);
                 }
                 let Some(q) = self.qps.get_mut(idx) else { return };
                 if info.is_response() {
                     if matches!(q.state, QpState::Rts | QpState::Sqd) {
-                        if let Some(r) = response_of(&repr, payload) {
+                        if let Some(r) = response_of(repr, payload) {
                             completer::handle_response(q, r, &mut self.mem, now, &mut self.counters, &mut fx);
                         }
                     }
                 } else {
-                    let req = request_of(&repr, payload);
+                    let req = request_of(repr, payload);
                     let mut ctx = RespCtx {
                         mem: &mut self.mem,
                         mrs: &mut self.mrs,
@@ -253,7 +260,7 @@ impl<M: Memory> Device<M> {
                 self.counters.rcvd_pkts += 1;
                 if let Some(deth) = repr.ext.deth {
                     if ce {
-                        self.notify_ce(idx, now, &repr, deth.src_qp);
+                        self.notify_ce(idx, now, repr, deth.src_qp);
                     }
                     let Some(q) = self.qps.get_mut(idx) else { return };
                     let ip_hdr = &frame[wire::eth::HEADER_LEN..wire::eth::HEADER_LEN + repr.ip.header_len()];
