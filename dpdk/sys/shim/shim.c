@@ -82,6 +82,21 @@ uint16_t droce_ext_shinfo_refcnt(const struct rte_mbuf_ext_shared_info *shinfo)
 	return rte_mbuf_ext_refcnt_read(shinfo);
 }
 
+/* The EAL's IOVA mode, fixed once rte_eal_init returned: read once instead of a call into
+ * librte_eal per zero-copy frame. 0 unknown, 1 VA, 2 not VA; every thread computes the same
+ * value, so a race only repeats the call. */
+static int droce_iova_va_cached;
+
+static inline int droce_iova_is_va(void)
+{
+	int v = __atomic_load_n(&droce_iova_va_cached, __ATOMIC_RELAXED);
+	if (v == 0) {
+		v = rte_eal_iova_mode() == RTE_IOVA_VA ? 1 : 2;
+		__atomic_store_n(&droce_iova_va_cached, v, __ATOMIC_RELAXED);
+	}
+	return v == 1;
+}
+
 int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *addr, uint16_t len,
 			  struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer, uint16_t tlen)
 {
@@ -90,7 +105,7 @@ int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *ad
 		return -ENOENT;
 	/* one reference per frame: DPDK drops it when it frees the segment (any thread) */
 	rte_mbuf_ext_refcnt_update(shinfo, 1);
-	rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? (rte_iova_t)(uintptr_t)addr : RTE_BAD_IOVA;
+	rte_iova_t iova = droce_iova_is_va() ? (rte_iova_t)(uintptr_t)addr : RTE_BAD_IOVA;
 	rte_pktmbuf_attach_extbuf(seg[0], addr, iova, len, shinfo);
 	seg[0]->data_len = len;
 	seg[0]->pkt_len = len;

@@ -365,8 +365,11 @@ impl<M: Memory> Device<M> {
         let h = tp + wire::emit_transport(&bth, &pkt.ext, plen, &mut buf[tp..]);
         if plen >= self.split_min {
             if let Some(addr) = self.contiguous_payload(idx, &pkt.payload, plen) {
-                // The ICRC: masked headers in place, then the memory, then the pad.
-                let crc = icrc::compute_in_place(&mut buf[wire::eth::HEADER_LEN..h]).ok()?;
+                // The ICRC: the headers' (by delta from the QP's last split frame), then
+                // the memory, then the pad.
+                let run = &mut buf[wire::eth::HEADER_LEN..h];
+                let crc = self.qps.get_mut(idx)?.tx_hdr.as_mut()?.icrc.update(run).ok()?;
+                debug_assert_eq!(Ok(crc), icrc::compute_in_place(run));
                 if let Ok(crc) = self.mem.crc32(addr, plen, crc) {
                     let pad = wire::pad_len(plen);
                     let crc = icrc::crc32_update(crc, &[0u8; 3][..pad]);
@@ -444,7 +447,7 @@ impl<M: Memory> Device<M> {
             let ip = IpRepr::from_gids(sgid, av.dgid, tc, hop, av.flow_label).ok()?;
             let eth = EthernetRepr { src_addr: EthernetAddress(self.cfg.mac), dst_addr: EthernetAddress(av.dmac), ethertype: EtherType::Ipv4 };
             let udp = UdpRepr { src_port: sport, dst_port: ROCE_V2_PORT };
-            q.tx_hdr = Some(TxHeader { av: *av, sport, tpl: HeaderTemplate::new(&eth, &ip, &udp) });
+            q.tx_hdr = Some(TxHeader { av: *av, sport, tpl: HeaderTemplate::new(&eth, &ip, &udp), icrc: Default::default() });
         }
         Some(())
     }

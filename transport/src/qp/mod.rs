@@ -90,6 +90,9 @@ pub(crate) struct TxHeader {
     pub av: crate::verbs::AddressVector,
     pub sport: u16,
     pub tpl: crate::wire::HeaderTemplate,
+    /// The ICRC state after the last split frame's headers on this path (made afresh with
+    /// the template, whose bytes it assumes).
+    pub icrc: crate::wire::icrc_delta::HeaderCrc,
 }
 
 impl Qp {

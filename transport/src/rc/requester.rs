@@ -201,13 +201,18 @@ impl Requester {
     /// Produce the next request packet: a selective resend if one is queued, else the next
     /// new packet (advancing PSN and WQE progress).
     pub fn next_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
+        // With resends queued, `can_send` passes without looking at the new packet's limits:
+        // those are checked again once the queue turned out to hold nothing to resend.
+        let resends = !self.resend.is_empty();
         self.can_send(lim).ok()?;
-        while let Some(psn) = self.resend.pop_front() {
-            if let Some(p) = self.resend_packet(psn, lim) {
-                return Some(p);
+        if resends {
+            while let Some(psn) = self.resend.pop_front() {
+                if let Some(p) = self.resend_packet(psn, lim) {
+                    return Some(p);
+                }
             }
+            self.can_send(lim).ok()?;
         }
-        self.can_send(lim).ok()?;
         self.max_window = lim.max_unacked_psns;
         let (mut pkt, consumed, ends) = self.build(self.next, self.psn, lim);
         let psn = self.psn;

@@ -19,6 +19,7 @@ pub mod deth;
 pub mod eth;
 pub mod icmpv6;
 pub mod icrc;
+pub mod icrc_delta;
 pub mod ieth;
 pub mod immdt;
 pub mod ipv4;
