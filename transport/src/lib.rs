@@ -72,5 +72,5 @@ pub mod ud;
 pub mod verbs;
 
 pub use device::{AsyncEvent, Device, DeviceConfig};
-pub use memory::{Memory, MemoryError, VecMemory};
+pub use memory::{Memory, MemoryError, Message, VecMemory};
 pub use time::{Duration, Instant};

@@ -20,21 +20,32 @@ pub struct MemoryError;
 /// follows it reads bytes the CRC has just brought into L1.
 pub const CRC_CHUNK: usize = 4096;
 
+/// The received message a part written with [`Memory::write_part`] belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    /// Where the message goes: a WRITE's RETH address; the first SGE of a READ's scatter
+    /// list or of the receive a SEND lands in.
+    pub start: u64,
+    /// Its length: a WRITE's RETH length, a READ's; for a SEND (whose length the first
+    /// packet does not tell) the bytes placed so far with this part.
+    pub len: u64,
+    /// This part is the message's first.
+    pub first: bool,
+}
+
 /// Reach application memory by virtual address.
 pub trait Memory {
     /// Copy `buf.len()` bytes starting at `addr` into `buf`.
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError>;
     /// Copy `data` to `addr..addr + data.len()`.
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError>;
-    /// [`write`](Self::write) of one part of a received message of at least `message_len`
-    /// bytes (a WRITE's RETH length, a READ's length; for a SEND, the bytes placed so far
-    /// with this part). An embedder may copy the parts of a large message past the caches
-    /// (non-temporal stores): a transfer larger than the caches evicts its own first bytes
-    /// anyway, and a copy that does not read the destination lines first moves about twice
-    /// as fast into memory the CPU has not touched lately. The bytes must be visible to
-    /// every thread once the call returns (the completion may be polled from another one).
-    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
-        let _ = message_len;
+    /// [`write`](Self::write) of one part of the received message `msg`. An embedder may
+    /// copy the parts of a large message past the caches (non-temporal stores): a transfer
+    /// into memory the CPU has not touched lately moves about twice as fast when the copy does
+    /// not read each destination line first. The bytes must be visible to every thread once
+    /// the call returns (the completion may be polled from another one).
+    fn write_part(&mut self, addr: u64, data: &[u8], msg: Message) -> Result<(), MemoryError> {
+        let _ = msg;
         self.write(addr, data)
     }
     /// 64-bit compare-and-swap at an 8-byte aligned address in host byte order
@@ -87,8 +98,8 @@ impl<T: Memory + ?Sized> Memory for Box<T> {
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         (**self).write(addr, data)
     }
-    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
-        (**self).write_part(addr, data, message_len)
+    fn write_part(&mut self, addr: u64, data: &[u8], msg: Message) -> Result<(), MemoryError> {
+        (**self).write_part(addr, data, msg)
     }
     fn cmp_swap(&mut self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemoryError> {
         (**self).cmp_swap(addr, compare, swap)
@@ -110,21 +121,21 @@ impl<T: Memory + ?Sized> Memory for Box<T> {
 pub struct VecMemory {
     base: u64,
     bytes: Vec<u8>,
-    /// `(part length, message length)` of every [`Memory::write_part`], once
+    /// `(part length, message)` of every [`Memory::write_part`], once
     /// [`VecMemory::log_parts`] turned the log on (tests).
-    parts: Option<Vec<(usize, u64)>>,
+    parts: Option<Vec<(usize, Message)>>,
 }
 
 impl VecMemory {
     pub fn new(base: u64, len: usize) -> Self {
         VecMemory { base, bytes: vec![0; len], parts: None }
     }
-    /// Keep `(part length, message length)` of every message part written from now on.
+    /// Keep `(part length, message)` of every message part written from now on.
     pub fn log_parts(&mut self) {
         self.parts = Some(Vec::new());
     }
     /// The parts logged since [`VecMemory::log_parts`], emptied.
-    pub fn take_parts(&mut self) -> Vec<(usize, u64)> {
+    pub fn take_parts(&mut self) -> Vec<(usize, Message)> {
         self.parts.as_mut().map(std::mem::take).unwrap_or_default()
     }
     pub fn base(&self) -> u64 {
@@ -171,9 +182,9 @@ impl Memory for VecMemory {
         self.bytes[r].copy_from_slice(data);
         Ok(())
     }
-    fn write_part(&mut self, addr: u64, data: &[u8], message_len: u64) -> Result<(), MemoryError> {
+    fn write_part(&mut self, addr: u64, data: &[u8], msg: Message) -> Result<(), MemoryError> {
         if let Some(p) = &mut self.parts {
-            p.push((data.len(), message_len));
+            p.push((data.len(), msg));
         }
         self.write(addr, data)
     }
@@ -282,17 +293,16 @@ pub(crate) fn scatter<M: Memory>(
     }
 }
 
-/// [`scatter`] of one part of a message of at least `message_len` bytes
-/// ([`Memory::write_part`]).
+/// [`scatter`] of one part of the message `msg` ([`Memory::write_part`]).
 pub(crate) fn scatter_part<M: Memory>(
     mem: &mut M,
     sges: &[Sge],
     offset: u64,
     data: &[u8],
-    message_len: u64,
+    msg: Message,
 ) -> Result<(), WcStatus> {
     let placed =
-        scatter_with(sges, offset, data, |addr, chunk| mem.write_part(addr, chunk, message_len).map_err(|_| WcStatus::LocProtErr))?;
+        scatter_with(sges, offset, data, |addr, chunk| mem.write_part(addr, chunk, msg).map_err(|_| WcStatus::LocProtErr))?;
     if placed {
         Ok(())
     } else {

@@ -7,7 +7,7 @@ use droce_transport::qp::PathMtu;
 use droce_transport::sim::{rc_connect, LinkConfig, Node, Pair, RcOpts, MEM_BASE};
 use droce_transport::verbs::{RecvWr, SendOpcode, SendWr, WorkCompletion};
 use droce_transport::wire::{icrc, Opcode, RoceRepr};
-use droce_transport::{DeviceConfig, Duration, Instant, Memory};
+use droce_transport::{DeviceConfig, Duration, Instant, Memory, Message};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -289,11 +289,12 @@ fn by_default_a_corrupted_write_last_leaves_memory_untouched() {
     assert_eq!(b.dev.memory().slice(dst, len), &pattern(3, len)[..]);
 }
 
-/// Each received part is written with the length of the message it belongs to, so that an
-/// embedder can place large messages past the caches (`Memory::write_part`): a WRITE's RETH
-/// length on every part, a READ's length on every response, a SEND's bytes so far.
+/// Each received part is written with the message it belongs to (`Memory::write_part`), so
+/// that an embedder can place large messages past the caches: a WRITE's RETH address and
+/// length on every part, a READ's scatter list and length on every response, a SEND's receive
+/// buffer and bytes so far; the first part marked.
 #[test]
-fn parts_carry_their_message_length() {
+fn parts_carry_their_message() {
     let mtu = 1024usize;
     let mut p = Pair::new(LinkConfig::PERFECT, 7, MEM);
     let (qa, qb) = p.rc_pair(RcOpts { mtu: PathMtu::Mtu1024, ..RcOpts::default() });
@@ -302,23 +303,25 @@ fn parts_carry_their_message_length() {
     p.a.dev.memory_mut().write(src, &pattern(1, len)).unwrap();
     p.a.dev.memory_mut().log_parts();
     p.b.dev.memory_mut().log_parts();
-    let whole = len as u64;
     let parts = [mtu, mtu, mtu, 5];
+    let whole = |start: u64| -> Vec<(usize, Message)> {
+        parts.iter().enumerate().map(|(i, &n)| (n, Message { start, len: len as u64, first: i == 0 })).collect()
+    };
 
-    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(src, len as u32, la).with_remote(dst, rb)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Write).with_sge(src, len as u32, la).with_remote(dst + 8, rb)).unwrap();
     wait_wcs(&mut p, 1);
-    assert_eq!(p.b.dev.memory_mut().take_parts(), parts.map(|n| (n, whole)), "WRITE: the RETH length on every part");
+    assert_eq!(p.b.dev.memory_mut().take_parts(), whole(dst + 8), "WRITE: the RETH address and length on every part");
 
     p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(dst, 4 * mtu as u32, lb)).unwrap();
     p.a.dev.post_send(qa, SendWr::new(2, SendOpcode::Send).with_sge(src, len as u32, la)).unwrap();
     wait_wcs(&mut p, 2);
-    let so_far = [mtu, 2 * mtu, 3 * mtu, len].map(|n| n as u64);
-    let want: Vec<(usize, u64)> = parts.iter().zip(so_far).map(|(&n, s)| (n, s)).collect();
-    assert_eq!(p.b.dev.memory_mut().take_parts(), want, "SEND: the bytes so far");
+    let so_far = [mtu, 2 * mtu, 3 * mtu, len];
+    let want: Vec<(usize, Message)> =
+        parts.iter().zip(so_far).enumerate().map(|(i, (&n, s))| (n, Message { start: dst, len: s as u64, first: i == 0 })).collect();
+    assert_eq!(p.b.dev.memory_mut().take_parts(), want, "SEND: the receive buffer and the bytes so far");
 
-    p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Read).with_sge(src, len as u32, la).with_remote(dst, rb)).unwrap();
+    p.a.dev.post_send(qa, SendWr::new(3, SendOpcode::Read).with_sge(src + 16, len as u32, la).with_remote(dst, rb)).unwrap();
     wait_wcs(&mut p, 1);
-    assert_eq!(p.a.dev.memory_mut().take_parts(), parts.map(|n| (n, whole)), "READ: the request's length on every response");
-    assert!(p.a.dev.memory().slice(src, len) == p.b.dev.memory().slice(dst, len), "READ data differs");
+    assert_eq!(p.a.dev.memory_mut().take_parts(), whole(src + 16), "READ: the scatter list and length on every response");
+    assert!(p.a.dev.memory().slice(src + 16, len) == p.b.dev.memory().slice(dst, len), "READ data differs");
 }
-

@@ -198,14 +198,14 @@ const ZERO_COPY_DRIVERS: [&str; 6] = ["net_memif", "net_ring", "net_af_packet", 
 /// the ICRC is checked, then the payload copied): the A/B switches of the two payload paths.
 /// Default smallest received message placed with non-temporal stores (`docs/design.md`,
 /// "Where the payload is copied").
-pub const RX_STREAM_MIN: Option<u64> = None;
+pub const RX_STREAM_MIN: Option<u64> = Some(256 * 1024);
 
 /// `DROCE_NT_MIN`: `off` / `0`, `on` (the default size) or a message size in bytes.
 fn stream_min_env() -> Option<u64> {
     match std::env::var("DROCE_NT_MIN").ok().map(|v| v.trim().to_ascii_lowercase()) {
         None => RX_STREAM_MIN,
         Some(v) if v == "off" || v == "no" || v == "0" => None,
-        Some(v) if v.is_empty() || v == "on" || v == "yes" => RX_STREAM_MIN.or(Some(1 << 20)),
+        Some(v) if v.is_empty() || v == "on" || v == "yes" => RX_STREAM_MIN,
         Some(v) => match v.parse::<u64>() {
             Ok(n) => Some(n),
             Err(_) => {

@@ -4,7 +4,7 @@
 
 use super::Effects;
 use crate::counters::Counters;
-use crate::memory::{scatter_part, Memory};
+use crate::memory::{scatter_part, Memory, Message};
 use crate::qp::attr::{ack_timeout_duration, rnr_timer_duration, RNR_RETRY_INFINITE};
 use crate::qp::Qp;
 use crate::status::{NakCode, WcStatus};
@@ -334,7 +334,8 @@ fn read_response<M: Memory>(
         c.rcvd_ghost_response += 1;
         return;
     }
-    let status = scatter_part(mem, w.sges.as_slice(), offset, data, w.len);
+    let msg = Message { start: w.sges.as_slice().first().map_or(0, |s| s.addr), len: w.len, first: idx == 0 };
+    let status = scatter_part(mem, w.sges.as_slice(), offset, data, msg);
     qp.comp.psn = psn + 1;
     let w = &mut qp.req.sq[0];
     w.read_rcvd += 1;

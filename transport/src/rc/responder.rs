@@ -7,7 +7,7 @@
 use super::reorder::{ReorderBuffer, REORDER_THRESHOLD};
 use super::{packets_for, Effects, Payload, Request, TxPkt};
 use crate::counters::Counters;
-use crate::memory::{scatter_part, Memory};
+use crate::memory::{scatter_part, Memory, Message};
 use crate::qp::Qp;
 use crate::rc::requester::MAX_PKTS_PER_ACK;
 use crate::slab::Slab;
@@ -365,8 +365,9 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
     if is_send(r.opcode) {
         let rcv = qp.resp.recv.as_mut().ok_or(op_err)?;
         if !ctx.placed {
-            let so_far = rcv.offset + r.payload.len() as u64;
-            scatter_part(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload, so_far).map_err(|_| op_err)?;
+            let start = rcv.wqe.sges.as_slice().first().map_or(0, |s| s.addr);
+            let msg = Message { start, len: rcv.offset + r.payload.len() as u64, first: rcv.offset == 0 };
+            scatter_part(ctx.mem, rcv.wqe.sges.as_slice(), rcv.offset, r.payload, msg).map_err(|_| op_err)?;
         }
         rcv.offset += r.payload.len() as u64;
         if ends(r.opcode) {
@@ -401,7 +402,8 @@ fn execute(qp: &mut Qp, r: &Request<'_>, ctx: &mut RespCtx<'_, impl Memory>, fx:
         }
         let w = qp.resp.write.as_mut().ok_or(op_err)?;
         if !r.payload.is_empty() && !ctx.placed {
-            ctx.mem.write_part(w.va.wrapping_add(w.done), r.payload, w.total).map_err(|_| op_err)?;
+            let msg = Message { start: w.va, len: w.total, first: w.done == 0 };
+            ctx.mem.write_part(w.va.wrapping_add(w.done), r.payload, msg).map_err(|_| op_err)?;
         }
         w.done += r.payload.len() as u64;
         let total = w.total;
