@@ -332,19 +332,22 @@ fn server_notices_its_client_gone_mid_test() {
         std::thread::sleep(Duration::from_millis(1500));
         c.signal(sig);
         let t0 = Instant::now();
-        let s = s.finish();
+        // the time to the verdict, not to the exit: a host loaded by parallel builds has held
+        // the teardown after a prompt verdict for seconds (4.3 s against a 2 s limit)
+        let limit = if sig == libc::SIGKILL { Duration::from_secs(2) } else { Duration::from_secs(15) };
+        let noticed = s.wait_for("droce-pmd: error:", limit);
         let took = t0.elapsed();
+        let s = s.finish();
         c.kill();
         let c = c.finish();
         let what = if sig == libc::SIGKILL { "killed" } else { "stopped" };
         assert_eq!(s.code, Some(1), "{args}, client {what}: server did not fail by itself:\n{}\n--- client:\n{}", s.out, c.out);
         assert!(counter(&s.out, "injected_faults") > 0, "no fault injected:\n{}", s.out);
+        assert!(noticed, "{args}: no verdict within {limit:?} of the client being {what} ({took:?}):\n{}", s.out);
         if sig == libc::SIGKILL {
-            assert!(took < Duration::from_secs(2), "{args}: {took:?} to notice the client's exit:\n{}", s.out);
             assert!(s.out.contains("closed the control connection") || s.out.contains("peer closed the TCP connection"), "{args}: unclear message:\n{}", s.out);
         } else {
             // --timeout 3 after the last frame, plus the polls' granularity and a loaded host
-            assert!(took < Duration::from_secs(15), "{args}: {took:?} to give the stopped client up:\n{}", s.out);
             assert!(s.out.contains("timed out after 3s"), "{args}: unclear message:\n{}", s.out);
         }
     }
@@ -366,11 +369,13 @@ fn client_notices_its_server_gone_mid_test() {
         std::thread::sleep(Duration::from_millis(1500));
         s.signal(libc::SIGKILL);
         let t0 = Instant::now();
-        let c = c.finish();
+        // the time to the verdict, not to the exit (see server_notices_its_client_gone_mid_test)
+        let noticed = c.wait_for("droce-pmd: error:", Duration::from_secs(2));
         let took = t0.elapsed();
+        let c = c.finish();
         let _ = s.finish();
         assert_eq!(c.code, Some(1), "{args}, server killed: client did not fail by itself:\n{}", c.out);
-        assert!(took < Duration::from_secs(2), "{args}: {took:?} to notice the server's exit:\n{}", c.out);
+        assert!(noticed, "{args}: {took:?} and no verdict within 2 s of the server's exit:\n{}", c.out);
         assert!(c.out.contains("closed the control connection") || c.out.contains("peer closed the TCP connection"), "{args}: unclear message:\n{}", c.out);
     }
 }
@@ -384,7 +389,10 @@ fn engine_thread_progress_outlasts_its_timeout() {
     let m = Memif::new();
     let port = free_port();
     // pair_with's --timeout 15 would win over ours: the processes are started here
-    let common = format!("--test=write_bw -s 65536 -n 100000 --progress=thread -p {port} -u 17 --timeout 1");
+    // --timeout 2 against the ACK timeout of -u 17 (0.54 s): a frame lost twice (a loaded host
+    // overflows the receiver's ring) costs 1.1 s without frames, which --timeout 1 did not
+    // survive; the transfer (20 GB) outlasts 2 s on a fast host too
+    let common = format!("--test=write_bw -s 65536 -n 300000 --progress=thread -p {port} -u 17 --timeout 2");
     let s = spawn(None, 0, &m.vdev(true), &v(&common));
     m.wait_server();
     let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
@@ -393,7 +401,7 @@ fn engine_thread_progress_outlasts_its_timeout() {
     let (c, s) = (c.finish(), s.finish());
     assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
     assert!(c.out.contains("Progress        : engine thread"), "{}", c.out);
-    assert!(t0.elapsed() > Duration::from_millis(1500), "the transfer ({:?}) was too short to outlast --timeout 1", t0.elapsed());
+    assert!(t0.elapsed() > Duration::from_millis(2500), "the transfer ({:?}) was too short to outlast --timeout 2", t0.elapsed());
 }
 
 #[test]
