@@ -86,7 +86,6 @@ struct App {
     mr: MemoryRegion,
     base: u64,
     quiet_check: bool,
-    quiet: Quiet,
     /// The IB CM service port.
     port: u16,
 }
@@ -189,7 +188,7 @@ pub fn run_on(peers_arg: Option<Vec<IpAddr>>, timeout: Duration, quiet: Quiet, p
     if quiet_check && peers.len() != 1 {
         return Err("--quiet-check wants exactly one peer".into());
     }
-    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check, quiet, port };
+    let mut app = App { me, st: peers.iter().map(|_| PeerState::default()).collect(), peers, pd, cq, mr, base, quiet_check, port };
     // --quiet-away: the accepting end has been away / when the connecting end's exchange was done
     let (mut went_away, mut exchanged_at) = (false, None::<Instant>);
     // the connecting end's extra send, once its main exchange is complete: when it was posted
