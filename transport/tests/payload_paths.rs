@@ -12,19 +12,10 @@ use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-const MEM: usize = 1 << 20;
+mod rng;
+use rng::pattern;
 
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+const MEM: usize = 1 << 20;
 
 /// Every frame put on the pair's link, both directions, in order.
 fn record(p: &mut Pair) -> Rc<RefCell<Vec<Vec<u8>>>> {

@@ -20,6 +20,9 @@ use std::rc::Rc;
 mod common;
 use common::vectors_dir;
 
+mod rng;
+use rng::pattern;
+
 /// The prediction agrees with the full parser on `f`; returns whether it took the frame.
 fn agrees(f: &[u8], what: &str) -> bool {
     match RoceRepr::parse_predicted(f) {
@@ -84,18 +87,6 @@ fn prediction_matches_the_full_parser_on_the_rxe_captures() {
         }
     }
     assert!(taken * 2 > frames, "the prediction took only {taken} of {frames} captured frames");
-}
-
-fn pattern(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Every payload-carrying RC opcode at sizes around the MTU over a link that loses,
