@@ -107,6 +107,12 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
         return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
     }
     if let Some(l) = find("Address already in use").filter(|l| l.contains("memif")) {
+        // "memif_socket_create(): Failed to setup socket PATH: Address already in use"
+        let path = l.split("socket ").last().and_then(|r| r.split(": ").next()).unwrap_or("");
+        let is_socket = std::fs::symlink_metadata(path).map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())).unwrap_or(true);
+        if !is_socket {
+            return format!("a memif server could not create its socket ({l}): {path} exists and is not a socket: remove it or give socket=PATH another path");
+        }
         return format!(
             "a memif server could not create its socket ({l}); another server listens on it (droce removes a \
              socket file only when nothing listens on it): stop that server or give socket=PATH another path"
@@ -158,6 +164,13 @@ mod tests {
         let stale = "rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nmemif_socket_create(): Failed to setup socket /tmp/m.sock: Address already in use\n";
         let l = eal_failure_line(stale, "x");
         assert!(l.contains("/tmp/m.sock: Address already in use") && l.contains("another server listens on it"), "{l}");
+        // a regular file in the way is named as such
+        let f = std::env::temp_dir().join(format!("droce-notsock-{}", std::process::id()));
+        std::fs::write(&f, b"").unwrap();
+        let not_socket = format!("memif_socket_create(): Failed to setup socket {}: Address already in use\n", f.display());
+        let l = eal_failure_line(&not_socket, "x");
+        std::fs::remove_file(&f).unwrap();
+        assert!(l.contains("exists and is not a socket: remove it"), "{l}");
         let l = eal_failure_line("rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nEAL: FATAL: odd\n", "x");
         assert!(l.contains("FATAL: odd"), "{l}");
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));

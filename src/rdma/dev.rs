@@ -85,6 +85,11 @@ pub fn setup(eal_argv: &[String], o: &Opts) -> R<Setup> {
     // outside the capture, so that a removal is named on stderr
     droce_dpdk::runtime::remove_stale_memif_sockets(&cfg.eal_args);
     let (res, log) = crate::capture::capture_stdio(|| Runtime::open(cfg));
+    // droce's own notices (a bad DROCE_* value, a stale socket removed) were captured with
+    // EAL's chatter: show them, whatever the outcome
+    for l in log.lines().filter(|l| l.starts_with("droce: ")) {
+        eprintln!("{l}");
+    }
     let rt = match res {
         Ok(rt) => rt,
         Err(RuntimeError::Eal(m)) => return Err(crate::capture::eal_failure_line(&log, &m)),

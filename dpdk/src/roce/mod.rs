@@ -224,7 +224,7 @@ fn payload_path_env() -> (Option<usize>, bool) {
         Some(v) => match v.parse::<usize>() {
             Ok(n) => Some(n),
             Err(_) => {
-                log::warn!("DROCE_TX_ZC='{v}': want off or a payload size; using {TX_ZERO_COPY_MIN}");
+                eprintln!("droce: DROCE_TX_ZC='{v}' is not off, on or a payload size in bytes; using {TX_ZERO_COPY_MIN}");
                 Some(TX_ZERO_COPY_MIN)
             }
         },
@@ -251,6 +251,7 @@ pub const MEMIF_WINDOW: u32 = 1024;
 
 impl RoceConfig {
     pub fn new(port: PortId, queue: QueueId) -> Self {
+        let (tx_zero_copy, fused_rx) = payload_path_env();
         RoceConfig {
             port,
             queue,
@@ -267,9 +268,9 @@ impl RoceConfig {
             // A new QP sends its first window while the first ARP exchange runs: hold it all
             // (frames beyond max_held are dropped and cost a go-back-N resend).
             neigh: NeighConfig { max_held: MEMIF_WINDOW as usize + 256, ..NeighConfig::default() },
-            transport: DeviceConfig { fused_rx: payload_path_env().1, ..DeviceConfig::default() },
+            transport: DeviceConfig { fused_rx, ..DeviceConfig::default() },
             checksum_offload: true,
-            tx_zero_copy: payload_path_env().0,
+            tx_zero_copy,
             rx_stream_min: stream_min_env(),
         }
     }

@@ -207,7 +207,8 @@ const MEMIF_JUMBO_BSIZE: u32 = 4224;
 
 /// The buffer size of the memif vdev `port` in `eal_args` (`bsize`, DPDK's default 2048).
 fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
-    let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port));
+    let specs = crate::devargs::vdev_specs(eal_args);
+    let v = specs.iter().find(|v| v.split(',').next() == Some(port));
     v.and_then(|v| v.split(',').skip(1).filter_map(|p| p.split_once('=')).find(|(k, _)| *k == "bsize").and_then(|(_, b)| b.parse().ok()))
         .unwrap_or(2048)
 }

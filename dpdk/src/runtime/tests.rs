@@ -133,6 +133,10 @@ fn stale_memif_server_socket_is_removed_live_one_kept() {
     ];
     assert_eq!(remove_stale_memif_sockets(&args), vec![stale.display().to_string()]);
     assert!(!stale.exists() && live.exists() && plain.exists());
+    // EAL's other spelling, `--vdev X`, is read the same
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let spaced = vec!["droce".to_string(), "--vdev".to_string(), format!("net_memif0,role=server,socket={},socket-abstract=no", stale.display())];
+    assert_eq!(remove_stale_memif_sockets(&spaced), vec![stale.display().to_string()]);
     // a client never removes its server's file
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(remove_stale_memif_sockets(&args[4..]).is_empty() && stale.exists());

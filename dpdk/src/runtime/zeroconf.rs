@@ -426,7 +426,8 @@ impl MemifSocket {
 /// The socket of `--vdev=<port>,role=client,...` among the EAL args (DPDK 22.11 defaults:
 /// /run/memif.sock, abstract).
 pub(super) fn memif_client_socket(eal_args: &[String], port: &str) -> Option<MemifSocket> {
-    let v = eal_args.iter().filter_map(|a| a.strip_prefix("--vdev=")).find(|v| v.split(',').next() == Some(port))?;
+    let specs = crate::devargs::vdev_specs(eal_args);
+    let v = specs.iter().find(|v| v.split(',').next() == Some(port))?;
     memif_socket(v, "client")
 }
 
@@ -452,9 +453,9 @@ fn memif_socket(vdev: &str, role: &str) -> Option<MemifSocket> {
 /// paths removed.
 pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
     use std::os::unix::fs::FileTypeExt;
-    let servers = eal_args
+    let specs = crate::devargs::vdev_specs(eal_args);
+    let servers = specs
         .iter()
-        .filter_map(|a| a.strip_prefix("--vdev="))
         .filter(|v| v.starts_with("net_memif"))
         .filter_map(|v| memif_socket(v, "server"))
         .filter(|s| !s.abstract_);
