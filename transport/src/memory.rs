@@ -285,12 +285,7 @@ pub(crate) fn scatter<M: Memory>(
     offset: u64,
     data: &[u8],
 ) -> Result<(), WcStatus> {
-    let placed = scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr))?;
-    if placed {
-        Ok(())
-    } else {
-        Err(WcStatus::LocLenErr)
-    }
+    all_placed(scatter_with(sges, offset, data, |addr, chunk| mem.write(addr, chunk).map_err(|_| WcStatus::LocProtErr)))
 }
 
 /// [`scatter`] of one part of the message `msg` ([`Memory::write_part`]).
@@ -301,9 +296,12 @@ pub(crate) fn scatter_part<M: Memory>(
     data: &[u8],
     msg: Message,
 ) -> Result<(), WcStatus> {
-    let placed =
-        scatter_with(sges, offset, data, |addr, chunk| mem.write_part(addr, chunk, msg).map_err(|_| WcStatus::LocProtErr))?;
-    if placed {
+    all_placed(scatter_with(sges, offset, data, |addr, chunk| mem.write_part(addr, chunk, msg).map_err(|_| WcStatus::LocProtErr)))
+}
+
+/// A scatter that ran out of list before the data ended is a local length error.
+fn all_placed(walk: Result<bool, WcStatus>) -> Result<(), WcStatus> {
+    if walk? {
         Ok(())
     } else {
         Err(WcStatus::LocLenErr)
