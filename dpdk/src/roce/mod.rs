@@ -239,9 +239,11 @@ fn payload_path_env() -> (Option<usize>, bool) {
 /// scheduler slice stalls the sender after 128 frames; write_bw 64 KiB over memif on a loaded
 /// 2-vCPU machine went from 0.23-0.34x to 0.39-0.48x of raw memif. memif is the one wire
 /// that pushes back instead of dropping (a full ring makes `tx_burst` take fewer frames, which
-/// the engine keeps), but only for frames that fit one 2048-byte ring buffer: DPDK 22.11's
-/// memif garbles a frame spanning several buffers when the ring fills in the middle of it
-/// (seen as `non_roce_drops` and go-back-N with 1024 x 4 KiB in flight). Kernel-backed ports
+/// the engine keeps), but only for frames that fit one ring buffer: DPDK 22.11's memif
+/// garbles frames spanning several buffers (a stale chain flag on a frame's first descriptor,
+/// see `MEMIF_JUMBO_BSIZE` in runtime/mod.rs; seen as `non_roce_drops` and go-back-N with
+/// 1024 x 4 KiB in flight over 2 KiB buffers). The runtime no longer lets a frame span memif
+/// buffers; the window at 4096 over 8 KiB buffers has not been measured, so it stays 128. Kernel-backed ports
 /// (af_packet, tap) drop bursts in socket buffers: there 1024 frames in flight under a ping
 /// flood ended in RETRY_EXC_ERR, so they keep 128, and so does memif with injected faults
 /// (go-back-N over 1024 frames with 2% drops and duplicated NAKs, each costing a retry, ran

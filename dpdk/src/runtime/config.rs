@@ -37,7 +37,8 @@ pub struct RuntimeConfig {
     /// Static neighbour entries.
     pub neighbours: Vec<(IpAddr, [u8; 6])>,
     /// Ethernet MTU (a 4096 path MTU needs ≥ 4200); `None`: 9000 on ring ports and memif
-    /// ports with `bsize` ≥ 4224, the port's elsewhere.
+    /// ports with `bsize` ≥ 4224, the port's elsewhere. On a memif port [`Runtime::open`]
+    /// lowers it (with a warning) to the largest path MTU whose frames fit one buffer.
     pub eth_mtu: Option<u16>,
     pub progress: Progress,
     /// RC ACKs wait for the next poll and leave in one burst with the application's reply,

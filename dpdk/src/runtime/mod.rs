@@ -48,7 +48,8 @@
 //! port), `ip` (required: this process's RoCE address, IPv4 or IPv6), `peer` (the other end of a
 //! point-to-point link, the meaning of a loopback destination), `neighbour`* (`IP MAC`, static),
 //! `mtu` (Ethernet MTU; ≥ 4200 gives a 4096 path MTU; default 9000 on ring ports and memif ports
-//! with `bsize` ≥ 4224, the port's MTU elsewhere), `progress` (`manual` | `thread`),
+//! with `bsize` ≥ 4224, the port's MTU elsewhere; on memif at most what one buffer holds, see
+//! `memif_mtu_clamp`), `progress` (`manual` | `thread`),
 //! `hold-acks` (`yes` | `no`, default yes: an RC ACK waits for the application's reply and leaves in its burst),
 //! `selective-repeat` (`yes` | `no`, default yes: the UCX transport and the libfabric provider
 //! offer selective repeat to droce peers; docs/selective-repeat.md),
@@ -88,6 +89,8 @@
 use crate::roce::cm::{CmAgent, CmAgentConfig};
 use crate::roce::{FaultConfig, RoceConfig, RoceDevice, Work};
 use crate::{Eal, Mempool, MempoolConfig, Port, PortConfig, PortId, QueueId};
+use droce_transport::device::max_frame_len;
+use droce_transport::qp::PathMtu;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
@@ -198,12 +201,50 @@ fn default_eth_mtu(driver: &str, memif_bsize: u32) -> Option<u16> {
 }
 
 /// The memif buffer size (vdev `bsize`) from which a memif port defaults to path MTU 4096:
-/// the largest RoCE frame at that MTU (Ethernet 14 + IPv6 40 + UDP 8 + BTH 12 + RETH 16 +
-/// 4096 + ICRC 4 = 4190 bytes) in one buffer. DPDK 22.11's memif loses frames when frames of
-/// several buffers and of one buffer share a ring: a one-buffer frame that lands in a slot
-/// that began a chain before is glued to the slots after it (seen as 2048-, 6144- and
-/// 8192-byte "ACKs" in a capture, then retries exhausted), so no frame may span buffers.
+/// the largest RoCE frame at that MTU ([`max_frame_len`]: 4205 bytes) in one buffer. DPDK
+/// 22.11's memif loses frames when frames of several buffers and of one buffer share a ring:
+/// its copying `tx_burst` sets `MEMIF_DESC_FLAG_NEXT` on every descriptor of a chain but the
+/// last, and never clears the flag of a frame's first descriptor, so a one-buffer frame that
+/// lands in a slot that was not the last of a chain on an earlier lap is glued to the slots
+/// after it (seen as 2048-, 6144- and 8192-byte "ACKs" in a capture; the receiver may even
+/// follow the stale flag past the last published slot). Fixed upstream in March 2026
+/// ("net/memif: fix descriptor Tx flags corruption"), not in Debian's 22.11.11. So no frame
+/// may span buffers: see [`memif_mtu_clamp`].
 const MEMIF_JUMBO_BSIZE: u32 = 4224;
+
+/// The Ethernet MTU to use instead of `eth_mtu` on memif port `port` whose buffers hold
+/// `bsize` bytes, with the one-line warning that says so: `None` when every frame at
+/// `eth_mtu`'s path MTU fits one buffer, else the largest path MTU whose frames do (1500 for
+/// path MTU 1024, as the port's own; the smallest, 256, if none does). A frame
+/// spanning buffers runs into the PMD bug at [`MEMIF_JUMBO_BSIZE`] (read_bw -m 4096 over
+/// 2 KiB buffers: 12.6 M retransmitted packets and 1370 ICRC errors for 300 messages), and the
+/// engine cannot avoid it: the stale flag is in the ring, which only the PMD sees. A memif's
+/// buffers are the client's (`memif_init_regions_and_queues` runs on the client, for both
+/// directions; a server's `bsize` is not used), but each end can only read its own vdev: both
+/// ends judge by their own `bsize`, and each connection takes the smaller path MTU of its two
+/// ends, so a client with 2 KiB buffers keeps a server with `bsize=8192` at 1024 too.
+fn memif_mtu_clamp(port: &str, eth_mtu: u16, bsize: u32) -> Option<(u16, String)> {
+    let want = PathMtu::for_eth_mtu(eth_mtu as u32);
+    // (buffers too small even for path MTU 256 are beyond help: left as they are)
+    if max_frame_len(want) <= bsize as usize || want == PathMtu::Mtu256 {
+        return None;
+    }
+    let fits = [PathMtu::Mtu4096, PathMtu::Mtu2048, PathMtu::Mtu1024, PathMtu::Mtu512]
+        .into_iter()
+        .find(|m| *m < want && max_frame_len(*m) <= bsize as usize)
+        .unwrap_or(PathMtu::Mtu256);
+    // + 84: the header room PathMtu::for_eth_mtu takes off, so the least Ethernet MTU of `fits`
+    let eth = if fits == PathMtu::Mtu1024 { 1500 } else { fits.bytes() as u16 + 84 };
+    let line = format!(
+        "droce: warning: {port}: path MTU {} needs {}-byte frames, more than one memif buffer (bsize {bsize}) holds: using path \
+         MTU {} (DPDK 22.11's memif garbles frames that span buffers); give both ends' --vdev bsize=8192 for {}",
+        want.bytes(),
+        max_frame_len(want),
+        fits.bytes(),
+        want.bytes()
+    );
+    Some((eth, line))
+}
 
 /// The buffer size of the memif vdev `port` in `eal_args` (`bsize`, DPDK's default 2048).
 fn memif_bsize(eal_args: &[String], port: &str) -> u32 {
@@ -260,6 +301,12 @@ impl Runtime {
         let pname = crate::port_name(id).unwrap_or_else(|_| id.0.to_string());
         if cfg.auto_jumbo {
             cfg.eth_mtu = cfg.eth_mtu.or_else(|| default_eth_mtu(&info.driver_name, memif_bsize(&cfg.eal_args, &pname)));
+        }
+        if memif {
+            if let Some((m, line)) = memif_mtu_clamp(&pname, cfg.eth_mtu.unwrap_or(info.mtu), memif_bsize(&cfg.eal_args, &pname)) {
+                eprintln!("{line}");
+                cfg.eth_mtu = Some(m);
+            }
         }
         let jumbo = cfg.eth_mtu.unwrap_or(1500) > 1500;
         let data_room = if jumbo { 9216 + 128 } else { MempoolConfig::default().data_room };

@@ -160,6 +160,41 @@ fn jumbo_default_only_where_frames_fit() {
 }
 
 #[test]
+fn memif_path_mtu_only_as_large_as_one_buffer_holds() {
+    // -m 4096 (Ethernet 9000) over DPDK's default 2 KiB buffers: path MTU 1024, said once
+    let (m, line) = memif_mtu_clamp("net_memif0", 9000, 2048).expect("4205-byte frames do not fit 2048-byte buffers");
+    assert_eq!((m, PathMtu::for_eth_mtu(m as u32)), (1500, PathMtu::Mtu1024));
+    assert!(!line.contains('\n') && line.starts_with("droce: warning: net_memif0: path MTU 4096 needs 4205-byte frames"), "{line}");
+    assert!(line.contains("using path MTU 1024") && line.contains("bsize=8192"), "names the outcome and the fix: {line}");
+    // what one buffer holds: the 4096 default's bsize and up keep 4096, 4 KiB buffers 2048
+    assert_eq!(memif_mtu_clamp("p", 9000, MEMIF_JUMBO_BSIZE), None);
+    assert_eq!(memif_mtu_clamp("p", 9000, 8192), None);
+    let (m, _) = memif_mtu_clamp("p", 9000, 4096).unwrap();
+    assert_eq!(PathMtu::for_eth_mtu(m as u32), PathMtu::Mtu2048);
+    assert!(max_frame_len(PathMtu::Mtu2048) <= 4096);
+    // the port's own 1500 fits 2 KiB buffers; it does not fit 1 KiB ones (then 512)
+    assert_eq!(memif_mtu_clamp("p", 1500, 2048), None);
+    let (m, _) = memif_mtu_clamp("p", 1500, 1024).unwrap();
+    assert_eq!(PathMtu::for_eth_mtu(m as u32), PathMtu::Mtu512);
+    // a clamped MTU never asks for more than the buffer, and is never raised
+    for bsize in [256, 400, 700, 1024, 1133, 1200, 2048, 2157, 3000, 4096, 4205, 9000] {
+        for eth in [576u16, 1024, 1500, 2200, 4200, 9000] {
+            match memif_mtu_clamp("p", eth, bsize) {
+                None => {
+                    let pm = PathMtu::for_eth_mtu(eth as u32);
+                    assert!(max_frame_len(pm) <= bsize as usize || pm == PathMtu::Mtu256, "{eth} {bsize}")
+                }
+                Some((m, _)) => {
+                    let pm = PathMtu::for_eth_mtu(m as u32);
+                    assert!(m < eth && pm < PathMtu::for_eth_mtu(eth as u32), "{eth} {bsize} -> {m}");
+                    assert!(max_frame_len(pm) <= bsize as usize || pm == PathMtu::Mtu256, "{eth} {bsize} -> {m}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn template_forms() {
     assert_eq!(template("a{rank}b{rank+10}c{ rank + 2 }", Some(5), 9).unwrap(), "a5b15c7");
     assert_eq!(template("p{pid}", None, 42).unwrap(), "p42");
