@@ -23,7 +23,10 @@ command -v valgrind >/dev/null || { echo "bench-instr: needs valgrind" >&2; exit
 OUT=$(mktemp -d /tmp/droce-instr.XXXXXX)
 KEEP=${KEEP:-}
 tag="in-$MTU-$$-$RANDOM"; port=$((20000 + RANDOM % 20000))
-vd="net_memif0,socket=$OUT/s.sock,socket-abstract=no"
+# bsize=8192 on both ends at MTU 4096 (one frame per memif buffer, as the zero-config mesh;
+# MEMIF_BSIZE_4096 overrides), DPDK's default 2048 below: see scripts/bench-limit.sh
+[ "$MTU" -ge 4096 ] && vd_bsize=",bsize=${MEMIF_BSIZE_4096:-8192}" || vd_bsize=
+vd="net_memif0,socket=$OUT/s.sock,socket-abstract=no$vd_bsize"
 EAL=(--no-huge -m 1024 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error)
 VG=(valgrind --tool=callgrind --dump-instr=no)
 APP=(--test=write_bw -s 65536 -m "$MTU" -n "$N" -p $port -u 22 --timeout 120)

@@ -14,7 +14,15 @@
 #      SECS (3: the limit's window), N_BW (write_bw iterations per MTU; default 20000 at 1024,
 #      30000 at 4096), LIMIT_BUF_KIB (64: the limit cycles its payload through the same
 #      footprint write_bw -s 65536 touches; 8192 models a bulk transfer's buffers, which on
-#      this VM cost the limit up to 10x at MTU 1024 and would flatter write_bw)
+#      this VM cost the limit up to 10x at MTU 1024 and would flatter write_bw),
+#      MEMIF_BSIZE_4096 (8192: the memif buffer size on both ends at MTU 4096, see below)
+#
+# memif buffers: DPDK's default bsize (2048) at MTU 1024, what users get there; bsize=8192 on
+# both ends at MTU 4096, as the zero-config mesh of the libraries, so that each 4 KiB frame is
+# one buffer. With 2048 both programs moved 4 KiB frames as 2-buffer chains (and droce-pmd
+# now refuses that and runs at 1024: MEMIF_BSIZE_4096=2048 measures the old setup only with a
+# droce-pmd from before 2026-11-28 in DROCE_PMD). BENCHMARKS.md "MTU 4096 over 8 KiB memif
+# buffers".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,13 +50,15 @@ cleanup() {
 trap cleanup EXIT
 if [ "$(id -u)" -eq 0 ]; then RUNDIR=/var/run/dpdk; else RUNDIR="${XDG_RUNTIME_DIR:-/tmp}/dpdk"; fi
 EAL=(--no-huge -m 1024 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error)
+# the memif vdev's buffer size argument at path MTU $1 (none: DPDK's default, 2048)
+bsize() { if [ "$1" -ge 4096 ]; then echo ",bsize=${MEMIF_BSIZE_4096:-8192}"; fi; }
 
 # the value of KEY=... in FILE's last roce_limit line
 kv() { sed -n "s/.* $2=\([0-9.]*\).*/\1/p" "$1" | tail -1; }
 # limit MTU -> "goodput_MBps wall_ns_per_frame rx_cpu_ns rx_work_ns tx_cpu_ns tx_work_ns"
 limit() {
   local mtu=$1 tag="lim-$1-$$-$RANDOM"
-  local vd="net_memif0,socket=$TMP/$tag.sock,socket-abstract=no"
+  local vd="net_memif0,socket=$TMP/$tag.sock,socket-abstract=no$(bsize "$1")"
   timeout 60 "$ROCE_LIMIT" -l $CPU_S "${EAL[@]}" --file-prefix="s-$tag" --vdev="$vd,role=server" -- rx "$SECS" "$mtu" 32 "$LIMIT_BUF_KIB" \
     >"$TMP/$tag.rx" 2>&1 &
   local rp=$!
@@ -65,7 +75,7 @@ $(kv "$TMP/$tag.rx" work_ns_per_frame) $(kv "$TMP/$tag.tx" cpu_ns_per_frame) $(k
 # write_bw MTU N -> goodput MB/s (10^6) from perftest's "BW average" column (MiB/s)
 write_bw() {
   local mtu=$1 n=$2 tag="wbw-$1-$$-$RANDOM" port=$((20000 + RANDOM % 20000))
-  local vd="net_memif0,socket=$TMP/$tag.sock,socket-abstract=no"
+  local vd="net_memif0,socket=$TMP/$tag.sock,socket-abstract=no$(bsize "$1")"
   timeout 120 "$DROCE_PMD" -l $CPU_S "${EAL[@]}" --file-prefix="s-$tag" --vdev="$vd,role=server" \
     -- --test=write_bw -s 65536 -m "$mtu" -n "$n" -p $port --timeout 20 --no-stats >"$TMP/$tag.s" 2>&1 &
   local sp=$!
@@ -82,7 +92,7 @@ stats() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit }
   m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f)", m, v[1], v[NR] }'; }
 
 echo "# droce-pmd write_bw 64 KiB vs the software-RoCE limit (roce_limit), $(date -u '+%Y-%m-%d %H:%M UTC'), HEAD $(git rev-parse --short HEAD 2>/dev/null || echo -)"
-echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $ROUNDS rounds, limit window ${SECS} s, limit buffers ${LIMIT_BUF_KIB} KiB"
+echo "# $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $ROUNDS rounds, limit window ${SECS} s, limit buffers ${LIMIT_BUF_KIB} KiB, memif bsize at MTU 4096: ${MEMIF_BSIZE_4096:-8192}"
 echo "# round | MTU | load | limit MB/s before / after | write_bw MB/s | ratio | ns/frame/side: limit (rx cpu, rx crc+copy, tx cpu, tx crc+copy) | write_bw"
 for ((r = 1; r <= ROUNDS; r++)); do
   for mtu in $MTUS; do

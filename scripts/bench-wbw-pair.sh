@@ -7,7 +7,10 @@ set -u
 PMD=$1; MTU=$2; N=$3; shift 3
 TMP=$(mktemp -d /tmp/zc-wbw.XXXXXX)
 tag="zc-$MTU-$$-$RANDOM"; port=$((20000 + RANDOM % 20000))
-vd="net_memif0,socket=$TMP/s.sock,socket-abstract=no"
+# bsize=8192 on both ends at MTU 4096 (one frame per memif buffer, as the zero-config mesh;
+# MEMIF_BSIZE_4096 overrides), DPDK's default 2048 below: see scripts/bench-limit.sh
+[ "$MTU" -ge 4096 ] && vd_bsize=",bsize=${MEMIF_BSIZE_4096:-8192}" || vd_bsize=
+vd="net_memif0,socket=$TMP/s.sock,socket-abstract=no$vd_bsize"
 EAL=(--no-huge -m 1024 --no-pci --no-shconf --no-telemetry --log-level=lib.eal:error)
 env "$@" timeout 120 "$PMD" -l 0 "${EAL[@]}" --file-prefix="s-$tag" --vdev="$vd,role=server" \
   -- --test=write_bw -s 65536 -m "$MTU" -n "$N" -p $port --timeout 20 --no-stats >"$TMP/s" 2>&1 &
