@@ -220,7 +220,8 @@ const MEMIF_JUMBO_BSIZE: u32 = 4224;
 /// 2 KiB buffers: 12.6 M retransmitted packets and 1370 ICRC errors for 300 messages), and the
 /// engine cannot avoid it: the stale flag is in the ring, which only the PMD sees. A memif's
 /// buffers are the client's (`memif_init_regions_and_queues` runs on the client, for both
-/// directions; a server's `bsize` is not used), but each end can only read its own vdev: both
+/// directions; a server's `bsize` is not used: that read_bw is clean with `bsize=8192` on the
+/// client alone and storms with it on the server alone), but each end can only read its own vdev: both
 /// ends judge by their own `bsize`, and each connection takes the smaller path MTU of its two
 /// ends, so a client with 2 KiB buffers keeps a server with `bsize=8192` at 1024 too.
 fn memif_mtu_clamp(port: &str, eth_mtu: u16, bsize: u32) -> Option<(u16, String)> {
