@@ -192,6 +192,22 @@ fn ud_peer_resolved_before_the_first_datagram() {
     assert!(n[0] >= 1900, "{line}");
 }
 
+/// RC resolves the peer's MAC at RTR, as ibv_modify_qp does on RoCE: with the client's first
+/// frame (its ARP request) lost, write_bw's first window used to wait behind the unanswered
+/// request, and all but 256 of its 1024 frames were dropped from the hold queue
+/// (`neigh_queue_full`) when the ACK timer fired during the wait and the resend found the
+/// queue full. Here the lost request and the lost first reply make the wait 2 ARP retries
+/// (400 ms), longer than the client's ACK timeout at `-u 16` (268 ms; 8 in a row still ride
+/// out a 2 s stall of a loaded host): a window sent before the MAC is known is resent.
+#[test]
+fn rc_peer_resolved_before_the_first_request() {
+    let (s, c) = pair_with("--test=write_bw -s 65536 -n 200 --verify", "", "--faults=both:drop=1,frames=1 -u 16");
+    assert_eq!((s.code, c.code), (Some(0), Some(0)), "server:\n{}\n--- client:\n{}", s.out, c.out);
+    assert_eq!(counter(&c.out, "injected_faults"), 2, "{}", c.out);
+    assert_eq!(counter(&c.out, "neigh_unresolved_drops") + counter(&c.out, "neigh_queue_full"), 0, "{}", c.out);
+    assert_eq!(counter(&c.out, "retransmitted_pkts"), 0, "{}", c.out);
+}
+
 /// Path MTU 4096 as users get it over memif: `bsize=8192` on both ends (the zero-config mesh's
 /// setting), every frame in one buffer. read_bw -s 8193 mixes 4 KiB READ responses with
 /// 1-byte ones in one direction, which 2 KiB buffers turned into a retransmission storm (see

@@ -506,6 +506,11 @@ fn connect(r: &Run, dv: &mut Dev, sgid: u8) -> R<()> {
         } else {
             let mut av = d.av(k.gid, sgid);
             av.hop_limit = 0xff;
+            // as ibv_modify_qp to RTR on RoCE: the peer's MAC known before the first request.
+            // Otherwise the first window waits in the hold queue behind the first ARP request,
+            // and when that is lost (a corrupted frame, a full ring) all but its first 256
+            // frames are dropped there and cost a go-back-N after the ACK timeout.
+            d.resolve_av(&av, r.o.timeout).map_err(|e| format!("RC address of the peer: {e}"))?;
             let own_reads = if matches!(r.o.test, Test::ReadLat | Test::ReadBw | Test::AtomicLat | Test::AtomicBw) { OUT_READS } else { 1 };
             let dd = &mut *d;
             let (a, m) = init_attr(AccessFlags::ALL);
