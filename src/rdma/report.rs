@@ -40,8 +40,9 @@ pub struct BwStats {
 }
 
 /// `stamps`: completion times (s since start) in order; the peak is the best rate over
-/// windows of `max(1, n/16)` consecutive completions (perftest takes the best interval between
-/// two completions; a window smooths the jitter of a polled software device).
+/// windows of `max(1, n/16)` consecutive completions (a window smooths the jitter of a polled
+/// software device). Only for a receiver, which knows no post times: the sender's figures
+/// come from [`bw_stats_posted`].
 #[cfg(test)]
 pub fn bw_stats(size: u64, stamps: &[f64], secs: f64) -> BwStats {
     bw_stats_sampled(size, 1, stamps, stamps.len() as u64, secs)
@@ -51,14 +52,50 @@ pub fn bw_stats(size: u64, stamps: &[f64], secs: f64) -> BwStats {
 /// costly in a VM) and `total` completions in `secs`.
 pub fn bw_stats_sampled(size: u64, step: u64, stamps: &[f64], total: u64, secs: f64) -> BwStats {
     let n = stamps.len();
-    let mb = |msgs: f64, t: f64| if t > 0.0 { msgs * size as f64 / t / 1_048_576.0 } else { 0.0 };
-    let avg = mb(total as f64, secs);
+    let avg = mbs(size, total as f64, secs);
     let w = (n / 16).max(1);
     let mut peak = avg;
     for i in w..n {
         let dt = stamps[i] - stamps[i - w];
         if dt > 0.0 {
-            peak = peak.max(mb((w as u64 * step) as f64, dt));
+            peak = peak.max(mbs(size, (w as u64 * step) as f64, dt));
+        }
+    }
+    BwStats { peak_mbs: peak, avg_mbs: avg, mpps: if secs > 0.0 { total as f64 / secs / 1e6 } else { 0.0 } }
+}
+
+/// MB/s (2^20 bytes) of `msgs` messages of `size` bytes in `t` seconds; 0 for no time.
+fn mbs(size: u64, msgs: f64, t: f64) -> f64 {
+    if t > 0.0 {
+        msgs * size as f64 / t / 1_048_576.0
+    } else {
+        0.0
+    }
+}
+
+/// The sender's figures, the peak as perftest computes it: the time per message over a run
+/// of messages runs from the *post* of its first to the *completion* of its last
+/// (`(tcompleted[j] - tposted[i]) / (j - i + 1)`), never from one completion to another.
+/// Completions come in batches (CQ moderation, several QPs polled in one pass): two
+/// completion stamps can be nanoseconds apart, and a window between them once made a
+/// 4-QP write_bw print a peak of 91553039 MB/s.
+///
+/// Both lists are sampled every `step` messages: `posted[k]` was read just before the
+/// message with (0-based, all QPs) index `k * step` was posted, `completed[k]` once at
+/// least `(k + 1) * step` messages had completed. Of those, at most `i * step` were posted
+/// before `posted[i]`, so at least `(j - i) * step` messages were posted and completed
+/// between `posted[i]` and `completed[j - 1]`: a rate the run really reached, over windows
+/// of `max(1, n/16)` stamps as in [`bw_stats_sampled`]. `total` completions in `secs`.
+pub fn bw_stats_posted(size: u64, step: u64, posted: &[f64], completed: &[f64], total: u64, secs: f64) -> BwStats {
+    let n = completed.len();
+    let avg = mbs(size, total as f64, secs);
+    let w = (n / 16).max(1);
+    let mut peak = avg;
+    for j in w..=n {
+        let Some(&start) = posted.get(j - w) else { break };
+        let dt = completed[j - 1] - start;
+        if dt > 0.0 {
+            peak = peak.max(mbs(size, (w as u64 * step) as f64, dt));
         }
     }
     BwStats { peak_mbs: peak, avg_mbs: avg, mpps: if secs > 0.0 { total as f64 / secs / 1e6 } else { 0.0 } }
@@ -182,6 +219,43 @@ mod tests {
         st.extend((1..=50).map(|i| 0.1 + i as f64 * 0.018));
         let b = bw_stats(1 << 20, &st, 1.0);
         assert!(b.peak_mbs > 400.0 && (b.avg_mbs - 100.0).abs() < 1e-9, "{b:?}");
+    }
+
+    #[test]
+    fn sender_peak_runs_from_post_to_completion() {
+        // The breaker's case: write_bw -q 4 -n 40 -s 300001, CQ moderation: 160 messages, one
+        // completion per QP at the very end, polled 50 ns apart, after 0.01 s; stamps every
+        // 16 messages. Completion to completion that is 16 messages in 50 ns (91553039 MB/s).
+        let size = 300_001;
+        let posted: Vec<f64> = (0..10).map(|k| k as f64 * 1e-5).collect();
+        let mut completed = vec![0.01; 3];
+        completed.extend([0.01 + 50e-9; 3]);
+        completed.extend([0.01 + 100e-9; 2]);
+        completed.extend([0.01 + 150e-9; 2]);
+        let old = bw_stats_sampled(size, 16, &completed, 160, 0.0101);
+        assert!(old.peak_mbs > 1e7, "the completion-only window is what went wrong: {old:?}");
+        let b = bw_stats_posted(size, 16, &posted, &completed, 160, 0.0101);
+        // 160 messages in ~10 ms: ~4.5 GB/s on average; no window can beat 16 messages over
+        // the ~9.9 ms from the last post stamp to the first completion after it
+        assert!((b.avg_mbs - 4532.1).abs() < 1.0, "{b:?}");
+        assert!(b.peak_mbs >= b.avg_mbs && b.peak_mbs < 4700.0, "{b:?}");
+
+        // Streaming 1 MiB messages at 100 MB/s, each completing 0.05 s after its post: the
+        // average (over 1.04 s) is the peak, a window is 6 messages from a post to a
+        // completion 0.1 s later; the same with 0.1 ms from post to completion: a window
+        // is 6 messages in 0.0501 s, as perftest counts it (j - i + 1 messages, post i to
+        // completion j).
+        let size = 1 << 20;
+        let posted: Vec<f64> = (0..100).map(|k| k as f64 * 0.01).collect();
+        let completed: Vec<f64> = (0..100).map(|k| k as f64 * 0.01 + 0.05).collect();
+        let b = bw_stats_posted(size, 1, &posted, &completed, 100, 1.04);
+        assert!((b.peak_mbs - b.avg_mbs).abs() < 1e-9 && (b.avg_mbs - 96.15).abs() < 0.01, "{b:?}");
+        let quick: Vec<f64> = (0..100).map(|k| k as f64 * 0.01 + 0.0001).collect();
+        let b = bw_stats_posted(size, 1, &posted, &quick, 100, 0.9901);
+        assert!((b.peak_mbs - 6.0 / 0.0501).abs() < 1e-6, "{b:?}");
+        // nothing is read past the post stamps there are
+        let b3 = bw_stats_posted(size, 1, &posted[..3], &completed, 100, 1.05);
+        assert!(b3.peak_mbs.is_finite() && b3.peak_mbs >= b3.avg_mbs);
     }
 
     #[test]

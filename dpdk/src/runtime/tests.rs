@@ -143,6 +143,46 @@ fn stale_memif_server_socket_is_removed_live_one_kept() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A starting server has bound its socket and not yet called listen(): connect() is refused
+/// exactly as for a dead server's file, and removing it left the server listening on a
+/// path nobody could reach. The file is kept; once that socket is closed, it is stale.
+#[test]
+#[allow(unsafe_code)]
+fn memif_socket_bound_but_not_listening_is_kept() {
+    let dir = std::env::temp_dir().join(format!("droce-bound-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s.sock");
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a fresh AF_UNIX stream socket bound to a path that fits sun_path, never
+    // listening; closed below. The sockaddr is zeroed and filled within its size.
+    let fd = unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut sa: libc::sockaddr_un = std::mem::zeroed();
+        sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let b = c_path.as_bytes_with_nul();
+        assert!(b.len() <= sa.sun_path.len());
+        for (d, s) in sa.sun_path.iter_mut().zip(b) {
+            *d = *s as libc::c_char;
+        }
+        let r = libc::bind(fd, &sa as *const libc::sockaddr_un as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t);
+        assert_eq!(r, 0, "bind");
+        fd
+    };
+    let refused = std::os::unix::net::UnixStream::connect(&path).map_err(|e| e.kind());
+    assert_eq!(refused.err(), Some(std::io::ErrorKind::ConnectionRefused), "bound, not listening: refused like a stale file");
+    let args = vec!["droce".to_string(), format!("--vdev=net_memif0,role=server,socket={},socket-abstract=no", path.display())];
+    let t = std::time::Instant::now();
+    assert!(remove_stale_memif_sockets(&args).is_empty() && path.exists(), "a starting server's socket was removed");
+    // SAFETY: fd is the socket made above, closed once.
+    unsafe { libc::close(fd) };
+    assert_eq!(remove_stale_memif_sockets(&args), vec![path.display().to_string()]);
+    assert!(!path.exists());
+    // the re-checks are short (a generous bound for a loaded machine)
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "{:?}", t.elapsed());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn jumbo_default_only_where_frames_fit() {
     let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();

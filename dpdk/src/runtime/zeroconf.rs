@@ -447,12 +447,11 @@ fn memif_socket(vdev: &str, role: &str) -> Option<MemifSocket> {
 
 /// Removes the socket files of memif servers among `eal_args` that no process listens on
 /// any more: a server that was killed leaves its file behind, and DPDK's server then fails
-/// with "Address already in use". Only a file that is a Unix socket and refuses a connection
-/// (ECONNREFUSED: bound by nobody) is removed, and the removal is named on stderr; a live
-/// server's socket, a regular file or any other error is left for DPDK to report. Returns the
-/// paths removed.
+/// with "Address already in use". Only a file that is a Unix socket and stays stale by
+/// [`stale_socket_file`] is removed, and the removal is named on stderr; a live server's
+/// socket, one a starting server has bound and not yet listens on, a regular file or any
+/// other error is left for DPDK to report. Returns the paths removed.
 pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
-    use std::os::unix::fs::FileTypeExt;
     let specs = crate::devargs::vdev_specs(eal_args);
     let servers = specs
         .iter()
@@ -461,12 +460,7 @@ pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
         .filter(|s| !s.abstract_);
     let mut removed = Vec::new();
     for s in servers {
-        let is_socket = std::fs::symlink_metadata(&s.path).map(|m| m.file_type().is_socket()).unwrap_or(false);
-        if !is_socket {
-            continue;
-        }
-        let refused = matches!(std::os::unix::net::UnixStream::connect(&s.path), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
-        if refused && std::fs::remove_file(&s.path).is_ok() {
+        if stale_socket_file(&s.path) && std::fs::remove_file(&s.path).is_ok() {
             eprintln!("droce: removed the stale memif socket file {} (no server listens on it: the one that made it is gone)", s.path);
             removed.push(s.path);
         }
@@ -474,6 +468,53 @@ pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
     removed
 }
 
+/// Re-checks of a socket file that refused a connection, and the pause before each: a server
+/// between bind() and listen() refuses too, and on a loaded machine it can be descheduled
+/// there for many milliseconds.
+const STALE_RECHECKS: u32 = 3;
+const STALE_RECHECK_GAP: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Whether the Unix socket file at `path` was left by a server that is gone. A connection
+/// that is accepted (a live server: the common case) or fails other than with ECONNREFUSED
+/// says no at once, at the cost of one connect(). A refusal is only believed when
+///  - no socket of this network namespace is bound to the path (/proc/net/unix lists a
+///    bound socket with its path from bind() on, before listen(): that is how a starting
+///    server is told from a dead one), and
+///  - connect() is still refused, the path unbound and the file the same (device, inode) at
+///    each of [`STALE_RECHECKS`] re-checks [`STALE_RECHECK_GAP`] apart (the only check
+///    when /proc/net/unix cannot be read, and the one for a server in another network
+///    namespace sharing the file system, which this namespace's table does not show).
+///
+/// Residual window: a server that binds the path after the last check and before the
+/// caller's unlink (microseconds) loses its file; DPDK's memif server fails to bind an
+/// existing file, so that needs a second server started on the same path at that moment.
+fn stale_socket_file(path: &str) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let id = |m: std::fs::Metadata| m.file_type().is_socket().then(|| (m.dev(), m.ino()));
+    let Some(first) = std::fs::symlink_metadata(path).ok().and_then(id) else { return false };
+    for i in 0..=STALE_RECHECKS {
+        if i > 0 {
+            std::thread::sleep(STALE_RECHECK_GAP);
+            if std::fs::symlink_metadata(path).ok().and_then(id) != Some(first) {
+                return false;
+            }
+        }
+        let refused = matches!(std::os::unix::net::UnixStream::connect(path), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused);
+        if !refused || unix_path_bound(path).unwrap_or(false) {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether a Unix socket of this network namespace is bound to `path` (listening or not),
+/// from /proc/net/unix; None when the table cannot be read.
+fn unix_path_bound(path: &str) -> Option<bool> {
+    let t = std::fs::read_to_string("/proc/net/unix").ok()?;
+    // Num RefCount Protocol Flags Type St Inode Path (a path with spaces is not matched: the
+    // re-checks then decide alone)
+    Some(t.lines().skip(1).any(|l| l.split_whitespace().nth(7) == Some(path)))
+}
 
 /// Maps in every page of the memif shared regions (`memfd:memif_region_N`: rings and
 /// buffers) once, when a memif link comes up. The PMD maps them lazily and each process then

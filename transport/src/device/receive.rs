@@ -11,6 +11,13 @@ impl<M: Memory> Device<M> {
 
     pub(super) fn schedule(&mut self, idx: u32) {
         let Some(q) = self.qps.get_mut(idx) else { return };
+        // Every handler (RX, timers, TX) ends here: the place to check, in debug builds, the
+        // invariant whose breach would hang the QP (completer::retransmit_armed).
+        debug_assert!(
+            completer::retransmit_armed(q),
+            "RC QP {:?}: PSNs unacknowledged, no RNR wait, no Retransmit timer: comp.psn {:?} sent_high {:?} psn {:?} sq {} next {} timers {:?} state {:?}",
+            q.qpn, q.comp.psn, q.req.sent_high, q.req.psn, q.req.sq.len(), q.req.next, q.timers, q.state
+        );
         let next = match (q.timers.next_timeout(), q.cc.next_timeout()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -90,6 +90,20 @@ pub(crate) fn restart_retransmit(qp: &mut Qp, now: Instant) {
     }
 }
 
+/// The invariant of loss recovery: an RC QP that can send (RTS, SQD) with PSNs in flight and
+/// no RNR wait has its local ACK timer set (when the QP has one: timeout 0 is infinite).
+/// Without it nothing would ever resend a lost packet whose loss no NAK reported: the QP
+/// hangs with its data unacknowledged (and an MPI job with it).
+pub(crate) fn retransmit_armed(qp: &Qp) -> bool {
+    use crate::qp::{QpState, QpType};
+    qp.init.qp_type != QpType::Rc
+        || !matches!(qp.state, QpState::Rts | QpState::Sqd)
+        || !qp.req.has_unacked(qp.comp.psn)
+        || qp.req.rnr_wait
+        || ack_timeout_duration(qp.attr.timeout).is_none()
+        || qp.timers.is_set(Timer::Retransmit)
+}
+
 /// Arm the local ACK timer if it is not running (called after transmitting a request).
 pub(crate) fn arm_retransmit(qp: &mut Qp, now: Instant) {
     if !qp.timers.is_set(Timer::Retransmit) {
