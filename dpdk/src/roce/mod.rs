@@ -118,6 +118,7 @@ pub mod pcap;
 mod poll;
 mod rx;
 mod stats;
+mod txmbufs;
 #[allow(unsafe_code)]
 mod zerocopy;
 
@@ -400,6 +401,10 @@ pub struct RoceDevice {
     /// whether the application polled since its last look.
     polls: u64,
     spare: Option<Mbuf>,
+    /// Fresh TX mbufs, allocated in bulk.
+    tx_mbufs: txmbufs::TxMbufs,
+    /// The destination of the last frame routed in the current TX step and its MAC.
+    tx_route: Option<(IpAddr, [u8; 6])>,
     /// Several peers' ports instead of `port` for I/O (the host's zero-config mesh).
     mesh: Option<mesh::MeshWire>,
     /// The smallest payload sent zero-copy on this port (`None`: copy).
@@ -498,6 +503,8 @@ impl RoceDevice {
             idle_polls: 0,
             polls: 0,
             spare: None,
+            tx_mbufs: Default::default(),
+            tx_route: None,
             mesh: None,
             zc_min,
             ext: zerocopy::ExtRanges::default(),

@@ -21,6 +21,15 @@ impl RoceDevice {
             self.counters.tx_no_route += 1;
             return;
         };
+        // The frames of one TX step mostly go where the previous one went; within the step
+        // (one `now`, no RX) the table cannot change, so its answer stands.
+        if let Some((last, mac)) = self.tx_route {
+            if last == ip {
+                set_dst_mac(&mut m, mac);
+                self.wire_tx(now, m);
+                return;
+            }
+        }
         // To one of our own addresses (rdma_cm self-connect, ofi_rxm's loopback connection):
         // received right here, it never reaches the wire.
         let own = match ip {
@@ -42,6 +51,7 @@ impl RoceDevice {
         }
         match self.neigh.route(Instant(now), ip, m) {
             Route::Send(mac, mut m) => {
+                self.tx_route = Some((ip, mac));
                 set_dst_mac(&mut m, mac);
                 self.wire_tx(now, m);
             }

@@ -178,9 +178,12 @@ impl RoceDevice {
         // A capture and TX faults read and rewrite the frame as one slice: they see copies.
         let zc_min = self.zc_min.filter(|_| self.pcap.is_none() && self.fault_tx.is_none());
         let mut sent = 0;
+        // the last destination routed is remembered for this step only (`route`)
+        self.tx_route = None;
         while sent < budget && self.transmit_one(now, pass, zc_min) {
             sent += 1;
         }
+        self.tx_route = None;
         work.tx += sent as u32;
         self.flush_tx();
     }
@@ -192,9 +195,9 @@ impl RoceDevice {
     fn transmit_one(&mut self, now: Instant, pass: TxPass, zc_min: Option<usize>) -> bool {
         let mut m = match self.spare.take() {
             Some(m) => m,
-            None => match self.pool.alloc() {
-                Ok(m) => m,
-                Err(_) => {
+            None => match self.tx_mbufs.take(&self.pool) {
+                Some(m) => m,
+                None => {
                     self.counters.tx_nombuf += 1;
                     return false;
                 }
@@ -227,7 +230,7 @@ impl RoceDevice {
     /// cannot be done (no range holds it, the pool is out of mbufs), a copy into `m`, the
     /// same bytes as the copy path would have written.
     fn attach_payload(&mut self, m: &mut Mbuf, hdr_len: usize, p: &TxPayload) {
-        if self.ext.attach(&self.pool, m, p.addr, p.len, p.trailer()) {
+        if self.ext.attach(&self.pool, &mut self.tx_mbufs, m, p.addr, p.len, p.trailer()) {
             self.counters.tx_zero_copy += 1;
             return;
         }

@@ -13,6 +13,7 @@
 //! deregister a range a frame still points into: the verbs contract (`docs/design.md`, "Where
 //! the payload is copied").
 
+use super::txmbufs::TxMbufs;
 use crate::{sys, Mbuf, Mempool};
 use std::ptr::NonNull;
 
@@ -97,22 +98,26 @@ impl ExtRanges {
     }
 
     /// Chain `len` bytes at `addr` (inside a registered range) and `trailer` behind the
-    /// headers in `hdr`. `false` (and `hdr` unchanged) when no range holds the bytes, the
-    /// range's count is full or the pool is empty: the caller copies instead.
-    pub(super) fn attach(&mut self, pool: &Mempool, hdr: &mut Mbuf, addr: u64, len: usize, trailer: &[u8]) -> bool {
+    /// headers in `hdr`, in two mbufs from `segs`. `false` (and `hdr` unchanged) when no range
+    /// holds the bytes, the range's count is full or the pool is empty: the caller copies
+    /// instead.
+    pub(super) fn attach(&mut self, pool: &Mempool, segs: &mut TxMbufs, hdr: &mut Mbuf, addr: u64, len: usize, trailer: &[u8]) -> bool {
         let Ok(len16) = u16::try_from(len) else { return false };
         let end = addr.saturating_add(len as u64);
         let Some(r) = self.ranges.iter().find(|r| r.start <= addr && end <= r.end && r.in_flight() < MAX_IN_FLIGHT) else {
             return false;
         };
-        // SAFETY: `hdr` is an mbuf we own with one segment; `addr..addr + len` lies in a range
-        // the application registered (valid until deregistered, and deregistration waits for
-        // this frame through the count the call takes); `trailer` is at most 7 bytes and the
-        // pool's data room holds a whole frame.
-        let rc = unsafe {
+        let Some((ext, tail)) = segs.take2(pool) else { return false };
+        // SAFETY: `hdr` is an mbuf we own with one segment; `ext` and `tail` are fresh mbufs we
+        // own, whose ownership passes to `hdr`'s chain (freed with it); `addr..addr + len` lies
+        // in a range the application registered (valid until deregistered, and deregistration
+        // waits for this frame through the count the call takes); `trailer` is at most 7 bytes
+        // and the pool's data room holds a whole frame.
+        unsafe {
             sys::droce_tx_chain_extbuf(
-                pool.as_ptr(),
                 hdr.as_ptr(),
+                ext.into_raw(),
+                tail.into_raw(),
                 addr as *mut std::ffi::c_void,
                 len16,
                 r.shinfo.as_ptr(),
@@ -120,6 +125,6 @@ impl ExtRanges {
                 trailer.len() as u16,
             )
         };
-        rc == 0
+        true
     }
 }

@@ -97,26 +97,23 @@ static inline int droce_iova_is_va(void)
 	return v == 1;
 }
 
-int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *addr, uint16_t len,
-			  struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer, uint16_t tlen)
+void droce_tx_chain_extbuf(struct rte_mbuf *hdr, struct rte_mbuf *ext, struct rte_mbuf *tail, void *addr,
+			   uint16_t len, struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer,
+			   uint16_t tlen)
 {
-	struct rte_mbuf *seg[2];
-	if (rte_pktmbuf_alloc_bulk(mp, seg, 2) != 0)
-		return -ENOENT;
 	/* one reference per frame: DPDK drops it when it frees the segment (any thread) */
 	rte_mbuf_ext_refcnt_update(shinfo, 1);
 	rte_iova_t iova = droce_iova_is_va() ? (rte_iova_t)(uintptr_t)addr : RTE_BAD_IOVA;
-	rte_pktmbuf_attach_extbuf(seg[0], addr, iova, len, shinfo);
-	seg[0]->data_len = len;
-	seg[0]->pkt_len = len;
-	rte_memcpy(rte_pktmbuf_mtod(seg[1], uint8_t *), trailer, tlen);
-	seg[1]->data_len = tlen;
-	seg[1]->pkt_len = tlen;
-	seg[0]->next = seg[1];
-	hdr->next = seg[0];
+	rte_pktmbuf_attach_extbuf(ext, addr, iova, len, shinfo);
+	ext->data_len = len;
+	ext->pkt_len = len;
+	rte_memcpy(rte_pktmbuf_mtod(tail, uint8_t *), trailer, tlen);
+	tail->data_len = tlen;
+	tail->pkt_len = tlen;
+	ext->next = tail;
+	hdr->next = ext;
 	hdr->nb_segs = 3;
 	hdr->pkt_len = (uint32_t)hdr->data_len + len + tlen;
-	return 0;
 }
 
 void droce_rte_pktmbuf_free_bulk(struct rte_mbuf **mbufs, unsigned count)

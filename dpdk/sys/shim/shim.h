@@ -81,7 +81,9 @@ uint64_t droce_rss_ip_udp(void);
  * trailer segment; the shared info counts the frames in flight over one memory range */
 void droce_ext_shinfo_init(struct rte_mbuf_ext_shared_info *shinfo);
 uint16_t droce_ext_shinfo_refcnt(const struct rte_mbuf_ext_shared_info *shinfo);
-int droce_tx_chain_extbuf(struct rte_mempool *mp, struct rte_mbuf *hdr, void *addr, uint16_t len,
-			  struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer, uint16_t tlen);
+/* `ext` and `tail`: fresh mbufs (rte_pktmbuf_alloc_bulk'ed), taken over by the chain */
+void droce_tx_chain_extbuf(struct rte_mbuf *hdr, struct rte_mbuf *ext, struct rte_mbuf *tail, void *addr,
+			   uint16_t len, struct rte_mbuf_ext_shared_info *shinfo, const uint8_t *trailer,
+			   uint16_t tlen);
 
 #endif
