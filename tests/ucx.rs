@@ -78,7 +78,7 @@ fn proto_steps(out: &str, op: &str) -> Vec<(String, String)> {
 /// eager/rendezvous threshold of `tag_send` (MPICH's send) falls where UCX's cost model puts it
 /// for the measured figures: a 16 KiB message goes eager (five datagrams), one of 32 KiB is
 /// one RC READ. With the stale figures (550 / 200 MB/s) the threshold was 5061 B: every
-/// message above one datagram paid a rendezvous round trip and two registrations.
+/// message above 5061 B paid a rendezvous round trip and two registrations.
 #[test]
 fn ucp_lanes_and_rendezvous_threshold_from_the_iface_figures() {
     if !tools() {
