@@ -7,6 +7,8 @@
 //!   put_bw, get (bcopy and zcopy), add_lat, fadd, swap, cswap (64 and 32 bit) over droce_rc,
 //!   am_lat and am_bw over droce_ud; UCP-level tag_lat, tag_bw, ucp_put_bw, ucp_get with
 //!   UCX_TLS=droce_rc,droce_ud;
+//! - UCP's lanes and `tag_send` rendezvous threshold follow droce's `iface_query` figures
+//!   (`ucx_info -e`);
 //! - droce_ud delivers every active message in order when frames are dropped (DROCE_FAULTS);
 //! - droce_rc runs selective repeat when both ends offer it in their endpoint addresses, and
 //!   go-back-N with `DROCE_SELECTIVE_REPEAT=0` (the device counters of `DROCE_UCX_STATS`);
@@ -60,6 +62,43 @@ fn ucx_info_lists_droce_md_and_both_transports() {
     for want in ["Memory domain: droce", "Component: droce", "Transport: droce_rc", "Transport: droce_ud", "Device: droce0", "connection: to ep", "connection: to iface"] {
         assert!(d.out.contains(want), "ucx_info -d lacks '{want}':\n{}", d.show());
     }
+}
+
+/// The `<lo>..<proto>..<hi>` steps of one `ucx_info -e` protocol line (`tag_send: 0..<egr/short>..
+/// 4073..<egr/bcopy>..21209..<rndv>..(inf)`): (protocol, largest size it takes).
+fn proto_steps(out: &str, op: &str) -> Vec<(String, String)> {
+    let line = out.lines().find_map(|l| l.trim_start_matches('#').trim().strip_prefix(&format!("{op}: ")).map(str::to_string));
+    let Some(line) = line else { return Vec::new() };
+    let parts: Vec<&str> = line.split("..").collect();
+    parts.windows(2).filter_map(|w| w[0].strip_prefix('<').map(|p| (p.trim_end_matches('>').to_string(), w[1].to_string()))).collect()
+}
+
+/// What UCP builds from droce's `iface_query` figures (one process, its endpoint to itself):
+/// droce_ud is the AM lane (lowest latency), droce_rc the rendezvous (RMA) lane, and the
+/// eager/rendezvous threshold of `tag_send` (MPICH's send) falls where UCX's cost model puts it
+/// for the measured figures: a 16 KiB message goes eager (five datagrams), one of 32 KiB is
+/// one RC READ. With the stale figures (550 / 200 MB/s) the threshold was 5061 B: every
+/// message above 5061 B paid a rendezvous round trip and two registrations.
+#[test]
+fn ucp_lanes_and_rendezvous_threshold_from_the_iface_figures() {
+    if !tools() {
+        return;
+    }
+    let _g = serial();
+    let e = pair_env(&unique("ucxproto"), &[("UCX_TLS", "droce_rc,droce_ud")]);
+    let _locks = LinkLocks::of(&e);
+    let d = run("ucx_info -e", &args("ucx_info -e -u t"), &e, DEADLINE);
+    assert!(d.ok(), "{}", d.show());
+    let lane = |role: &str| {
+        d.out.lines().find(|l| l.contains("lane[") && l.split_whitespace().any(|w| w == role)).map(|l| l.contains("droce_ud"))
+    };
+    assert_eq!(lane("am"), Some(true), "the AM lane is droce_ud:\n{}", d.show());
+    assert_eq!(lane("rma_bw#0"), Some(false), "the RMA lane is droce_rc:\n{}", d.show());
+    let steps = proto_steps(&d.out, "tag_send");
+    let rndv_from = steps.iter().position(|(p, _)| p == "rndv").and_then(|i| i.checked_sub(1)).map(|i| steps[i].1.parse::<usize>());
+    let Some(Ok(thresh)) = rndv_from else { panic!("no eager -> rndv step in tag_send: {steps:?}\n{}", d.show()) };
+    assert_eq!(steps.last().map(|s| s.0.as_str()), Some("rndv"), "{steps:?}");
+    assert!((16 << 10..32 << 10).contains(&thresh), "tag_send's rendezvous threshold {thresh} B is not in 16-32 KiB: {steps:?}");
 }
 
 /// A bad value in a DROCE_* variable is named at UCX's default log level (an ERROR line, no

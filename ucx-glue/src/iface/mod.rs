@@ -499,8 +499,11 @@ impl Iface {
         let seg = g.lay.seg;
         let mtu = g.mtu.bytes();
         match self.kind {
-            // Figures measured over the memif wire on the 2-core build machine (docs/ucx.md):
-            // am_lat 8 B 4.2 us typical, put_bw 64 KiB zcopy with 8 puts in flight 550 MB/s.
+            // UCP reads these figures to pick lanes and to set its eager/rendezvous threshold
+            // (docs/ucx.md, "What UCP picks"). Measured over the zero-config memif pair at path
+            // MTU 4096, 2-core VM, medians of 5 alternated ucx_perftest runs (2026-11-28, load
+            // 17-23; BENCHMARKS.md): am_lat 8 B typical, put_bw 1 MiB zcopy with 8 in flight,
+            // am_bw 8 B typical per message. Their ratios matter more than their values.
             Kind::Rc => Info {
                 am_max_short: seg,
                 am_max_bcopy: seg,
@@ -512,24 +515,25 @@ impl Iface {
                 get_max_bcopy: seg,
                 get_max_zcopy: MAX_RDMA,
                 max_iov: MAX_IOV,
-                latency_s: 4.2e-6,
-                bandwidth_bps: 550e6,
-                overhead_s: 0.25e-6, // am_bw 8 B: 0.23 us typical per posted message
+                latency_s: 4.8e-6,
+                bandwidth_bps: 1700e6,
+                overhead_s: 0.29e-6,
                 path_mtu: mtu,
             },
-            // Measured: am_lat 8 B 3.3 us typical, am_bw 900 B zcopy 200 MB/s. Reliable (the
-            // header, acknowledgements, retransmission), so UCP may take it as its AM lane
-            // (lower latency: UCP tag_lat 8 B 4.7 -> 3.4 us median); RDMA and large data stay
-            // on droce_rc.
+            // Measured as droce_rc's, bandwidth from am_bw bcopy of one full datagram (4080 B;
+            // zcopy moves half of that). Reliable (the header, acknowledgements,
+            // retransmission), and its lower latency makes it UCP's AM lane (UCP tag_lat 8 B
+            // 4.7 -> 3.4 us median); eager messages up to UCP's rendezvous threshold go over it
+            // in datagrams, RDMA and rendezvous stay on droce_rc.
             Kind::Ud => Info {
                 am_max_short: seg - UD_HDR,
                 am_max_bcopy: seg - UD_HDR,
                 am_max_zcopy: seg.saturating_sub(MAX_HDR + UD_HDR),
                 am_max_hdr: MAX_HDR.min(seg / 2),
                 max_iov: MAX_IOV,
-                latency_s: 3.4e-6,
-                bandwidth_bps: 200e6,
-                overhead_s: 0.3e-6, // am_bw 8 B: 0.23-0.37 us typical per posted message
+                latency_s: 3.8e-6,
+                bandwidth_bps: 725e6,
+                overhead_s: 0.33e-6,
                 path_mtu: mtu,
                 ..Info::default()
             },
