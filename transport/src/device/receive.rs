@@ -253,6 +253,20 @@ impl<M: Memory> Device<M> {
                         sr_window: self.cfg.sr_window,
                         placed,
                     };
+                    if let responder::Continued::Done { ack, timer } = responder::write_continuation(q, &req, &mut ctx, now) {
+                        // A WRITE continuation completes nothing, cannot fail the QP and
+                        // leaves the send queue alone: of `apply` and the local-error check
+                        // only the timer heap (a newly started ACK timer) and the ready list
+                        // (a queued ACK, or a CNP the CE mark asked for) can have work.
+                        self.fx = fx;
+                        if timer {
+                            self.schedule(idx);
+                        }
+                        if ack || ce {
+                            self.mark_ready(idx);
+                        }
+                        return;
+                    }
                     responder::handle_request(q, &req, &mut ctx, now, &mut fx);
                 }
             }
