@@ -183,3 +183,35 @@ fn unknown_qpn_and_foreign_source_are_dropped() {
     r.qpn = q;
     assert!(r.tx(0).is_empty());
 }
+
+/// The receive path remembers the QP the last frame went to: a frame for a destroyed QP
+/// must not reach the QP created into its slot, even one that is ready to receive from the
+/// same peer, and the new QP is reached by its own number.
+#[test]
+fn frame_for_a_destroyed_qp_does_not_reach_its_successor() {
+    let mut r = setup(1);
+    let reth = RethRepr { va: BASE, rkey: r.mr.rkey, len: 8 };
+    r.rx(0, Opcode::RcWriteOnly, EPSN, true, Some(reth), &[1; 8]);
+    assert_eq!(r.dev.memory().slice(BASE, 8), &[1; 8][..]);
+    let old = r.qpn;
+    r.dev.destroy_qp(r.qp).unwrap();
+    let qp = r
+        .dev
+        .create_qp(QpInitAttr { qp_type: QpType::Rc, pd: r.mr.pd, send_cq: r.cq, recv_cq: r.cq, srq: None, cap: QpCap::default(), sq_sig_all: false })
+        .unwrap();
+    assert_eq!(qp, r.qp, "the new QP takes the destroyed one's slot");
+    let av = AddressVector { dgid: gid(2), dmac: [2, 0, 0, 0, 0, 2], ..Default::default() };
+    let (a, m) = init_attr(AccessFlags::ALL);
+    r.dev.modify_qp(qp, &a, m).unwrap();
+    let (a, m) = rtr_attr(av, PathMtu::Mtu256, Qpn::new(PEER_QPN), Psn::new(EPSN), 4, 1);
+    r.dev.modify_qp(qp, &a, m).unwrap();
+    let new = r.dev.query_qp(qp).unwrap().qp_num;
+    assert_ne!(new, old);
+    let bad = r.dev.counters().rcvd_bad_qpn;
+    r.rx(0, Opcode::RcWriteOnly, EPSN, true, Some(reth), &[2; 8]);
+    assert_eq!(r.dev.counters().rcvd_bad_qpn, bad + 1, "the old number names no QP");
+    assert_eq!(r.dev.memory().slice(BASE, 8), &[1; 8][..], "nothing written");
+    r.qpn = new;
+    r.rx(0, Opcode::RcWriteOnly, EPSN, true, Some(reth), &[3; 8]);
+    assert_eq!(r.dev.memory().slice(BASE, 8), &[3; 8][..], "the new number reaches the new QP");
+}

@@ -237,6 +237,8 @@ pub struct Device<M: Memory> {
     srqs: Slab<SharedReceiveQueue>,
     qps: Slab<Qp>,
     qpn_map: HashMap<u32, u32, BuildHasherDefault<QpnHasher>>,
+    /// The slab index the last received frame's QPN resolved to ([`Device::rx_qp_index`]).
+    rx_last_qp: u32,
     next_qpn: u32,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     ready: VecDeque<u32>,
@@ -275,6 +277,7 @@ impl<M: Memory> Device<M> {
             srqs: Slab::default(),
             qps: Slab::default(),
             qpn_map: HashMap::default(),
+            rx_last_qp: 0,
             next_qpn,
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),

@@ -184,7 +184,7 @@ impl<M: Memory> Device<M> {
             self.counters.rcvd_not_for_us += 1;
             return;
         }
-        let Some(&idx) = self.qpn_map.get(&repr.bth.dest_qp.value()) else {
+        let Some(idx) = self.rx_qp_index(repr.bth.dest_qp) else {
             self.counters.rcvd_bad_qpn += 1;
             return;
         };
@@ -260,6 +260,20 @@ impl<M: Memory> Device<M> {
                         sr_window: self.cfg.sr_window,
                         placed,
                     };
+                    if let responder::Continued::Done { ack, timer } = responder::write_continuation(q, &req, &mut ctx, now) {
+                        // A WRITE continuation completes nothing, cannot fail the QP and
+                        // leaves the send queue alone: of `apply` and the local-error check
+                        // only the timer heap (a newly started ACK timer) and the ready list
+                        // (a queued ACK, or a CNP the CE mark asked for) can have work.
+                        self.fx = fx;
+                        if timer {
+                            self.schedule(idx);
+                        }
+                        if ack || ce {
+                            self.mark_ready(idx);
+                        }
+                        return;
+                    }
                     responder::handle_request(q, &req, &mut ctx, now, &mut fx);
                 }
             }
@@ -289,6 +303,22 @@ impl<M: Memory> Device<M> {
         self.apply(idx, &mut fx);
         self.check_local_errors(idx);
         self.fx = fx;
+    }
+
+    /// The slab index of the QP numbered `qpn`. Consecutive frames mostly go to one QP (a
+    /// burst of a bulk transfer), so the last index comes first: if its slot holds a QP with
+    /// this number, that is the QP, since live QPs have distinct numbers (a destroyed QP's
+    /// slot is empty or holds a QP with another number, and then the map answers). Needs no
+    /// invalidation.
+    #[inline]
+    fn rx_qp_index(&mut self, qpn: Qpn) -> Option<u32> {
+        let last = self.rx_last_qp;
+        if self.qps.get(last).is_some_and(|q| q.qpn == qpn) {
+            return Some(last);
+        }
+        let idx = *self.qpn_map.get(&qpn.value())?;
+        self.rx_last_qp = idx;
+        Some(idx)
     }
 
     /// The notification point: a CE-marked frame for QP `idx` from `src_qp` arrived.
