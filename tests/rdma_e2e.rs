@@ -208,6 +208,31 @@ fn rc_peer_resolved_before_the_first_request() {
     assert_eq!(counter(&c.out, "retransmitted_pkts"), 0, "{}", c.out);
 }
 
+/// A peer's bounded wait counts only RoCE packets that reach its QPs as the other side's life,
+/// not any frame on the port. Each process on its own net_null port (which receives a stream
+/// of zero-filled frames and drops what is sent): the client's requests go nowhere
+/// (RETRY_EXC_ERR), and the server, waiting for its first message under `--timeout 2`, used to
+/// take the null frames as activity and wait forever.
+#[test]
+fn server_wait_ends_on_a_port_with_only_foreign_frames() {
+    let _g = serial();
+    let port = free_port();
+    let common = format!("--test=rc_pingpong -n 10 -p {port} --timeout 2 -u 12");
+    let s = spawn(None, 0, "net_null0", &v(&common));
+    let t0 = Instant::now();
+    while !harness::tcp_listening(port) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let c = spawn(None, 1, "net_null0", &v(&format!("{common} 127.0.0.1"))).finish();
+    let t1 = Instant::now();
+    let s = s.finish();
+    assert_ne!(c.code, Some(0), "{}", c.out);
+    assert_ne!(s.code, Some(0), "{}", s.out);
+    assert!(s.out.contains("timed out after 2s at server"), "{}", s.out);
+    // 2 s of silence after the client's last frame; the 60 s deadline is what it was before
+    assert!(t1.elapsed() < Duration::from_secs(30), "server ended {:?} after its client: {}", t1.elapsed(), s.out);
+}
+
 /// Path MTU 4096 as users get it over memif: `bsize=8192` on both ends (the zero-config mesh's
 /// setting), every frame in one buffer. read_bw -s 8193 mixes 4 KiB READ responses with
 /// 1-byte ones in one direction, which 2 KiB buffers turned into a retransmission storm (see

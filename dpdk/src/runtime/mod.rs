@@ -152,7 +152,7 @@ pub struct Runtime {
     cm: CmAgent,
     /// `progress_datapath` calls since the CM agent was last polled.
     cm_skipped: u32,
-    /// `rx_frames` at the last [`received_since_last_look`](Self::received_since_last_look).
+    /// `rcvd_pkts` at the last [`received_since_last_look`](Self::received_since_last_look).
     rx_looked: u64,
     dev: RoceDevice,
     /// Held for its `Drop`.
@@ -479,19 +479,25 @@ impl Runtime {
     }
 
     /// [`progress_datapath`](Self::progress_datapath) for a caller that bounds how long it
-    /// waits for its peer: true only if frames arrived. This side's own timers and frames are
-    /// no sign of the peer: a selective-repeat responder reminds its peer of an open gap for
-    /// as long as the gap stays open, so a wait that counted every busy round as life never
-    /// ended once the peer had gone in the middle of a lossy transfer.
+    /// waits for its peer: true only if a RoCE packet reached one of this device's QPs (an RC
+    /// QP's only from its peer; the transport's `rcvd_pkts`). This side's own timers and
+    /// frames are no sign of the peer: a selective-repeat responder reminds its peer of an
+    /// open gap for as long as the gap stays open, so a wait that counted every busy round as
+    /// life never ended once the peer had gone in the middle of a lossy transfer. Nor are
+    /// other frames on the wire: an rc_pingpong server whose client had failed waited forever
+    /// on a port that kept receiving unrelated frames (net_null's, a busy LAN's).
     pub fn progress_datapath_rx(&mut self) -> bool {
-        self.datapath_round().0.rx > 0
+        let before = self.dev.device().counters().rcvd_pkts;
+        self.datapath_round();
+        self.dev.device().counters().rcvd_pkts != before
     }
 
-    /// Whether frames arrived since the last call, by any poll (a progress thread's too): with
-    /// progress on a thread, an application's bounded waits take this as the peer's activity,
-    /// as they take a manual poll's received frames.
+    /// Whether RoCE packets reached this device's QPs since the last call (as
+    /// [`progress_datapath_rx`](Self::progress_datapath_rx) counts them), by any poll (a
+    /// progress thread's too): with progress on a thread, an application's bounded waits take
+    /// this as the peer's activity, as they take a manual poll's.
     pub fn received_since_last_look(&mut self) -> bool {
-        let n = self.dev.counters().rx_frames;
+        let n = self.dev.device().counters().rcvd_pkts;
         let seen = n != self.rx_looked;
         self.rx_looked = n;
         seen
