@@ -7,12 +7,10 @@
 
 mod roce_util;
 
-use droce_dpdk::roce::{RoceConfig, RoceDevice, TX_ZERO_COPY_MIN};
 use droce_dpdk::*;
-use droce_transport::qp::{PathMtu, QpType};
 use droce_transport::verbs::{SendOpcode, SendWr};
 use droce_transport::wire::RoceRepr;
-use droce_transport::{Gid, Psn, Qpn, Rkey};
+use droce_transport::{Psn, Rkey};
 use roce_util::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -29,16 +27,8 @@ fn small_pool_and_a_changed_neighbour() {
 
     let (ip, peer) = (Ipv4Addr::new(10, 9, 1, 1), Ipv4Addr::new(10, 9, 1, 2));
     let (mac1, mac2) = ([2, 0, 0, 0, 10, 2], [2, 0, 0, 0, 10, 3]);
-    let mut cfg = RoceConfig::new(id, QueueId(0));
-    cfg.ipv4 = vec![ip];
-    cfg.mac = Some([2, 0, 0, 0, 10, 1]);
-    cfg.neighbours = vec![(IpAddr::V4(peer), mac1)];
-    cfg.tx_zero_copy = Some(TX_ZERO_COPY_MIN);
-    let mut dev = RoceDevice::new(cfg, &configured, pool.clone()).expect("RoceDevice");
     let mut buf = Buf::new(1 << 16);
-    let r = resources(&mut dev, &mut buf);
-    let qp = create_qp(&mut dev, &r, QpType::Rc);
-    rc_up(&mut dev, qp, 1, Gid::from_ipv4(peer), Qpn::new(0x78), Psn::new(1), Psn::new(200), PathMtu::Mtu1024);
+    let (mut dev, r, qp) = zero_copy_rc(&configured, &pool, id, (ip, [2, 0, 0, 0, 10, 1]), (peer, mac1), 0x78, 200, &mut buf);
 
     let data = pattern(5, 5120);
     dev.write_mem(r.base, &data).unwrap();
@@ -69,9 +59,5 @@ fn small_pool_and_a_changed_neighbour() {
     assert_eq!(dev.zero_copy_in_flight(), 0);
     drop(dev);
     drop(buf);
-    port.stop().unwrap();
-    port.close().unwrap();
-    assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
-    drop(pool);
-    drop(eal);
+    close_checking_pool(port, pool, eal);
 }

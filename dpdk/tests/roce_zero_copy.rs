@@ -8,15 +8,13 @@
 
 mod roce_util;
 
-use droce_dpdk::roce::{RoceConfig, RoceDevice, TX_ZERO_COPY_MIN};
 use droce_dpdk::*;
-use droce_transport::qp::{PathMtu, QpType};
 use droce_transport::verbs::mr::DeregMrError;
 use droce_transport::verbs::{SendOpcode, SendWr};
 use droce_transport::wire::{Opcode, RoceRepr};
-use droce_transport::{Gid, Psn, Qpn, Rkey};
+use droce_transport::{Psn, Rkey};
 use roce_util::*;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 #[test]
@@ -29,16 +27,8 @@ fn dereg_waits_for_frames_the_pmd_holds() {
     port.start().unwrap();
 
     let (ip, peer) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
-    let mut cfg = RoceConfig::new(id, QueueId(0));
-    cfg.ipv4 = vec![ip];
-    cfg.mac = Some([2, 0, 0, 0, 9, 1]);
-    cfg.neighbours = vec![(IpAddr::V4(peer), [2, 0, 0, 0, 9, 2])];
-    cfg.tx_zero_copy = Some(TX_ZERO_COPY_MIN);
-    let mut dev = RoceDevice::new(cfg, &configured, pool.clone()).expect("RoceDevice");
     let mut buf = Buf::new(1 << 20);
-    let r = resources(&mut dev, &mut buf);
-    let qp = create_qp(&mut dev, &r, QpType::Rc);
-    rc_up(&mut dev, qp, 1, Gid::from_ipv4(peer), Qpn::new(0x77), Psn::new(1), Psn::new(100), PathMtu::Mtu1024);
+    let (mut dev, r, qp) = zero_copy_rc(&configured, &pool, id, (ip, [2, 0, 0, 0, 9, 1]), (peer, [2, 0, 0, 0, 9, 2]), 0x77, 100, &mut buf);
 
     // 8 x 1 KiB frames of one WRITE, and one 100-byte WRITE that stays a copy (below the threshold)
     let data = pattern(3, 8192);
@@ -84,9 +74,5 @@ fn dereg_waits_for_frames_the_pmd_holds() {
     assert!(dev.device().query_mr(r.mr.lkey).is_none());
     drop(dev);
     drop(buf);
-    port.stop().unwrap();
-    port.close().unwrap();
-    assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
-    drop(pool);
-    drop(eal);
+    close_checking_pool(port, pool, eal);
 }

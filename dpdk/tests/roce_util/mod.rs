@@ -16,6 +16,43 @@ use std::time::{Duration, Instant};
 mod common;
 pub use common::{eal_args, TempDir};
 
+/// A RoceDevice sending zero-copy (`TX_ZERO_COPY_MIN`) on the started port `id` as `ip`
+/// with MAC `mac`, `peer` a static neighbour at `peer_mac`, and an RC QP to `peer` (QPN
+/// `remote_qpn`, expecting PSN 1, sending from `sq_psn`, path MTU 1024) over resources in `buf`.
+/// The net_ring tests read the frames it sends back out of the loopback ring.
+#[allow(clippy::too_many_arguments)]
+pub fn zero_copy_rc(
+    configured: &ConfiguredPort,
+    pool: &Arc<Mempool>,
+    id: PortId,
+    (ip, mac): (std::net::Ipv4Addr, [u8; 6]),
+    (peer, peer_mac): (std::net::Ipv4Addr, [u8; 6]),
+    remote_qpn: u32,
+    sq_psn: u32,
+    buf: &mut Buf,
+) -> (RoceDevice, Res, QpHandle) {
+    let mut cfg = RoceConfig::new(id, QueueId(0));
+    cfg.ipv4 = vec![ip];
+    cfg.mac = Some(mac);
+    cfg.neighbours = vec![(std::net::IpAddr::V4(peer), peer_mac)];
+    cfg.tx_zero_copy = Some(droce_dpdk::roce::TX_ZERO_COPY_MIN);
+    let mut dev = RoceDevice::new(cfg, configured, pool.clone()).expect("RoceDevice");
+    let r = resources(&mut dev, buf);
+    let qp = create_qp(&mut dev, &r, QpType::Rc);
+    rc_up(&mut dev, qp, 1, Gid::from_ipv4(peer), droce_transport::Qpn::new(remote_qpn), Psn::new(1), Psn::new(sq_psn), PathMtu::Mtu1024);
+    (dev, r, qp)
+}
+
+/// Stops and closes `port` and checks that no mbuf of `pool` leaked (call after dropping the
+/// devices and their buffers), then ends EAL.
+pub fn close_checking_pool(port: Port, pool: Arc<Mempool>, eal: Eal) {
+    port.stop().unwrap();
+    port.close().unwrap();
+    assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
+    drop(pool);
+    drop(eal);
+}
+
 /// Two memif ports wired to each other, configured and started.
 pub struct Wire {
     pub pool: Arc<Mempool>,
