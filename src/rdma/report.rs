@@ -51,14 +51,22 @@ pub fn bw_stats(size: u64, stamps: &[f64], secs: f64) -> BwStats {
 /// As [`bw_stats`] with one stamp per `step` completions (a clock read per completion is
 /// costly in a VM) and `total` completions in `secs`.
 pub fn bw_stats_sampled(size: u64, step: u64, stamps: &[f64], total: u64, secs: f64) -> BwStats {
-    let n = stamps.len();
+    windowed(size, step, stamps.len(), total, secs, |j, w| Some(stamps[j - 1] - stamps[(j - 1).checked_sub(w)?]))
+}
+
+/// `total` completions of `size` bytes in `secs`, and the peak over windows of `max(1, n/16)`
+/// of the `n` stamps (each stamp standing for `step` messages): `span(j, w)` is how long the
+/// `w * step` messages of the window ending with stamp `j - 1` took, `None` for no such
+/// window. One loop for both ways of stamping a window (completion to completion, or post to
+/// completion).
+fn windowed(size: u64, step: u64, n: usize, total: u64, secs: f64, span: impl Fn(usize, usize) -> Option<f64>) -> BwStats {
     let avg = mbs(size, total as f64, secs);
     let w = (n / 16).max(1);
     let mut peak = avg;
-    for i in w..n {
-        let dt = stamps[i] - stamps[i - w];
-        if dt > 0.0 {
-            peak = peak.max(mbs(size, (w as u64 * step) as f64, dt));
+    for j in w..=n {
+        match span(j, w) {
+            Some(dt) if dt > 0.0 => peak = peak.max(mbs(size, (w as u64 * step) as f64, dt)),
+            _ => {}
         }
     }
     BwStats { peak_mbs: peak, avg_mbs: avg, mpps: if secs > 0.0 { total as f64 / secs / 1e6 } else { 0.0 } }
@@ -87,18 +95,7 @@ fn mbs(size: u64, msgs: f64, t: f64) -> f64 {
 /// between `posted[i]` and `completed[j - 1]`: a rate the run really reached, over windows
 /// of `max(1, n/16)` stamps as in [`bw_stats_sampled`]. `total` completions in `secs`.
 pub fn bw_stats_posted(size: u64, step: u64, posted: &[f64], completed: &[f64], total: u64, secs: f64) -> BwStats {
-    let n = completed.len();
-    let avg = mbs(size, total as f64, secs);
-    let w = (n / 16).max(1);
-    let mut peak = avg;
-    for j in w..=n {
-        let Some(&start) = posted.get(j - w) else { break };
-        let dt = completed[j - 1] - start;
-        if dt > 0.0 {
-            peak = peak.max(mbs(size, (w as u64 * step) as f64, dt));
-        }
-    }
-    BwStats { peak_mbs: peak, avg_mbs: avg, mpps: if secs > 0.0 { total as f64 / secs / 1e6 } else { 0.0 } }
+    windowed(size, step, completed.len(), total, secs, |j, w| Some(completed[j - 1] - *posted.get(j - w)?))
 }
 
 /// IBA status name as `REM_ACCESS_ERR` (from the transport's `RemAccessErr`).

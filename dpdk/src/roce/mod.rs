@@ -403,7 +403,10 @@ pub struct RoceDevice {
     spare: Option<Mbuf>,
     /// Fresh TX mbufs, allocated in bulk.
     tx_mbufs: txmbufs::TxMbufs,
-    /// The destination of the last frame routed in the current TX step and its MAC.
+    /// The destination of the last frame routed in the current TX step and its MAC. Valid
+    /// only inside one step (`transmit`), which clears it before and after: frames are also
+    /// routed outside a step (ARP-held frames released when the reply comes), and those must
+    /// see the neighbour table as it is then, never a MAC remembered from an earlier step.
     tx_route: Option<(IpAddr, [u8; 6])>,
     /// Several peers' ports instead of `port` for I/O (the host's zero-config mesh).
     mesh: Option<mesh::MeshWire>,
