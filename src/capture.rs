@@ -86,10 +86,23 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
              e.g. --vdev=net_ring0, --vdev=net_null0, --vdev=net_memif0,role=server,socket=/tmp/memif.sock"
         );
     }
+    // a driver's refusal (with EAL's log at debug level, many lines come before it)
+    if let Some(name) = lines.iter().find_map(|l| l.split("failed to initialize ").nth(1)?.strip_suffix(" device")) {
+        if let Some(why) = vdev_failure_reason(log, name) {
+            return format!(
+                "virtual device '{name}' was not created: {}; check its key=value arguments \
+                 (e.g. --vdev=net_memif0,role=server,socket=/tmp/memif.sock, --vdev=net_ring0)",
+                why.trim_end_matches('.')
+            );
+        }
+    }
     if let Some(l) = find("Cannot create lock").or_else(|| find("Is another primary process running")) {
         return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME");
     }
-    if let Some(l) = find("invalid core list").or_else(|| find("unavailable")) {
+    // "lcore 7 unavailable", never "Physical addresses are unavailable, selecting IOVA as VA
+    // mode" (an informational line at debug level)
+    let lcore = lines.iter().find(|l| l.contains("lcore") && l.contains("unavailable")).map(|l| l.trim_start_matches("EAL: ").to_string());
+    if let Some(l) = find("invalid core list").or(lcore) {
         return format!("EAL rejected the core list ({l}); use cores that exist on this machine, e.g. -l 0-{}", available_cpus().saturating_sub(1));
     }
     if let Some(l) = find("for rte_mem_config").filter(|_| log.contains("Cannot init config")) {
@@ -174,6 +187,15 @@ mod tests {
         let l = eal_failure_line("rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nEAL: FATAL: odd\n", "x");
         assert!(l.contains("FATAL: odd"), "{l}");
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));
+        // EAL's log at debug level (`--log-level=lib.eal:debug`): its informational lines say
+        // nothing about the failure, the driver's line does
+        let debug = "EAL: Detected CPU lcores: 2\nEAL: Physical addresses are unavailable, selecting IOVA as VA mode.\n\
+                     EAL: Selected IOVA mode 'VA'\nmemif_set_zc(): Zero-copy is not supported here.\n\
+                     vdev_probe(): failed to initialize net_memif0 device\nEAL: Bus (vdev) probe failed.\n";
+        let l = eal_failure_line(debug, "x");
+        assert!(l.starts_with("virtual device 'net_memif0' was not created: memif_set_zc(): Zero-copy is not supported here;"), "{l}");
+        let l = eal_failure_line("EAL: Physical addresses are unavailable, selecting IOVA as VA mode.\nEAL: FATAL: odd\n", "x");
+        assert!(l.contains("FATAL: odd") && !l.contains("core list"), "{l}");
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: invalid parameters for --socket-mem\nUsage: x\nEAL: Invalid 'command line' arguments.\n", "x");
         assert!(l.starts_with("EAL rejected an argument (invalid parameters for --socket-mem)"), "{l}");
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: Cannot open '/var/run/dpdk/p/config' for rte_mem_config\nEAL: FATAL: Cannot init config\nEAL: Cannot init config\n", "x");
