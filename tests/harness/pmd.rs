@@ -50,6 +50,11 @@ impl Pmd {
     /// the `--`, inside network namespace `netns` when given (`ip netns exec`, which execs, so
     /// the PID is droce-pmd's). The test kills it once `deadline` has passed.
     pub fn spawn(netns: Option<&str>, lcore: u32, vdevs: &[String], app: &[String], deadline: Duration) -> Pmd {
+        Pmd::spawn_eal(netns, lcore, &[], vdevs, app, deadline)
+    }
+
+    /// As [`Pmd::spawn`] with `eal` added to the EAL arguments (e.g. `--single-file-segments`).
+    pub fn spawn_eal(netns: Option<&str>, lcore: u32, eal: &[&str], vdevs: &[String], app: &[String], deadline: Duration) -> Pmd {
         let prefix = unique("droce-pmd-");
         let mut cmd = match netns {
             Some(ns) => {
@@ -60,7 +65,7 @@ impl Pmd {
             None => Command::new(BIN),
         };
         cmd.args(["--no-huge", "-m", "512", "--no-pci", "--no-shconf", "--no-telemetry", "--log-level=lib.eal:error"]);
-        cmd.arg(format!("-l{lcore}")).arg(format!("--file-prefix={prefix}"));
+        cmd.arg(format!("-l{lcore}")).arg(format!("--file-prefix={prefix}")).args(eal);
         for d in vdevs {
             cmd.arg(format!("--vdev={d}"));
         }

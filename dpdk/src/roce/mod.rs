@@ -194,6 +194,16 @@ pub const TX_ZERO_COPY_MIN: usize = 1024;
 /// so an external buffer in plain process memory needs no DMA mapping.
 const ZERO_COPY_DRIVERS: [&str; 6] = ["net_memif", "net_ring", "net_af_packet", "net_af_xdp", "net_tap", "net_null"];
 
+/// Whether memif port `port` was created with `zero-copy=yes`.
+fn memif_zero_copy(port: PortId) -> bool {
+    crate::port_name(port).ok().and_then(|n| crate::vdev_args(&n)).is_some_and(|a| memif_args_zero_copy(&a))
+}
+
+/// Whether memif device arguments (`role=client,zero-copy=yes,...`) ask for zero-copy.
+fn memif_args_zero_copy(args: &str) -> bool {
+    args.split(',').filter_map(|kv| kv.split_once('=')).any(|(k, v)| k.trim() == "zero-copy" && v.trim().eq_ignore_ascii_case("yes"))
+}
+
 /// `DROCE_TX_ZC` (`off`, `no`, `0`: copy every payload; a number: the smallest payload sent
 /// zero-copy) and `DROCE_FUSED_RX` (`1` / `yes` / `on`: the one-pass receive; by default
 /// the ICRC is checked, then the payload copied): the A/B switches of the two payload paths.
@@ -447,7 +457,15 @@ impl RoceDevice {
         // memif without injected faults: a wire that does not lose frames
         let driver = port.info().map(|i| i.driver_name).unwrap_or_default();
         let memif = driver == "net_memif" && cfg.faults.is_none();
-        let zc_min = cfg.tx_zero_copy.filter(|_| ZERO_COPY_DRIVERS.contains(&driver.as_str()));
+        let mut zc_min = cfg.tx_zero_copy.filter(|_| ZERO_COPY_DRIVERS.contains(&driver.as_str()));
+        if zc_min.is_some() && driver == "net_memif" && memif_zero_copy(cfg.port) {
+            // memif's own zero-copy mode hands each segment to the peer as an offset into
+            // this process's shared regions (its mempool): a segment of registered memory
+            // outside them reached the peer as garbage (every frame an ICRC error) or crashed
+            // it (DPDK 22.11's memif reads the offset unchecked). Payloads are copied instead.
+            eprintln!("droce: port {}: memif zero-copy=yes: payloads are copied into its mbufs (droce's zero-copy transmit needs a copying memif)", cfg.port.0);
+            zc_min = None;
+        }
         if memif && tcfg.max_unacked_psns == DeviceConfig::default().max_unacked_psns && PathMtu::for_eth_mtu(eth_mtu) <= PathMtu::Mtu1024 {
             tcfg.max_unacked_psns = MEMIF_WINDOW;
         }
