@@ -18,8 +18,10 @@ pub const MESH_MAX: u32 = 16;
 /// are stuck, opens all the same and connects to them when they come).
 pub const MESH_OPEN_WAIT: Duration = Duration::from_secs(10);
 
-/// A zero-config client port whose link did not come up this long after its start (the server
-/// refused it: it raced the server's port start) connects again.
+/// A zero-config client port whose link did not come up this long after its start, and whose
+/// connection memif has closed (the server refused it, e.g. "Already connected" while it had
+/// not yet seen the slot's previous process go), connects again. One still open is left to
+/// finish, however long the server takes.
 pub(super) const MESH_CLIENT_RETRY: Duration = Duration::from_secs(5);
 
 /// How often the lock directory is looked at for new ready slots.
@@ -328,7 +330,12 @@ impl Runtime {
                         SlotState::Alive { pid, .. } => Some(pid) != p.server_pid,
                         SlotState::Free => true,
                     };
-                    if gone || now.duration_since(since) >= MESH_CLIENT_RETRY {
+                    // a connection memif still holds open is a handshake the server has not
+                    // finished (its interrupt thread runs late on a loaded machine): dropping
+                    // it broke the server (Port::memif_control_open), so only one memif
+                    // closed (refused) is made again
+                    let refused = now.duration_since(since) >= MESH_CLIENT_RETRY && p.port.memif_control_open() != Some(true);
+                    if gone || refused {
                         // its server went before the link came up, or refused the connection:
                         // start again when (a process in) that slot is ready
                         let _ = p.port.stop();
