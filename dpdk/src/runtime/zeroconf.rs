@@ -456,15 +456,19 @@ fn memif_socket(vdev: &str, role: &str) -> Option<MemifSocket> {
 /// any more: a server that was killed leaves its file behind, and DPDK's server then fails
 /// with "Address already in use". Only a file that is a Unix socket and stays stale by
 /// [`stale_socket_file`] is removed, and the removal is named on stderr; a live server's
-/// socket, one a starting server has bound and not yet listens on, a regular file or any
-/// other error is left for DPDK to report. Returns the paths removed.
+/// socket, one a starting server has bound and not yet listens on, a regular file, a
+/// symbolic link, a path DPDK would refuse (relative: `socket=./d.sock`) or any other error
+/// is left for EAL init to report. Returns the paths removed.
 pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
     let specs = crate::devargs::vdev_specs(eal_args);
     let servers = specs
         .iter()
         .filter(|v| v.starts_with("net_memif"))
         .filter_map(|v| memif_socket(v, "server"))
-        .filter(|s| !s.abstract_);
+        .filter(|s| !s.abstract_)
+        // a path DPDK refuses (a relative one: resolved here against the current directory)
+        // is Eal::init's clear error, not a file to remove
+        .filter(|s| crate::devargs::memif_socket_path_problem(&s.path).is_none());
     let mut removed = Vec::new();
     for s in servers {
         if stale_socket_file(&s.path) && std::fs::remove_file(&s.path).is_ok() {
