@@ -80,6 +80,9 @@ fn messages(log: &str) -> Vec<&str> {
 pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     let lines = messages(log);
     let find = |pat: &str| lines.iter().find(|l| l.contains(pat)).map(|l| l.trim_start_matches("EAL: ").to_string());
+    if let Some(m) = memif_socket_in_use(log) {
+        return m;
+    }
     if let Some(l) = find("failed to parse device").or_else(|| find("Unable to parse device")) {
         return format!(
             "EAL could not create a device ({l}); check the --vdev driver name and its key=value arguments, \
@@ -119,18 +122,6 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
     if let Some(l) = find("Cannot allocate memory").or_else(|| find("Cannot init memory")) {
         return format!("EAL could not set up memory ({l}); with --no-huge give enough with -m, e.g. -m 512");
     }
-    if let Some(l) = find("Address already in use").filter(|l| l.contains("memif")) {
-        // "memif_socket_create(): Failed to setup socket PATH: Address already in use"
-        let path = l.split("socket ").last().and_then(|r| r.split(": ").next()).unwrap_or("");
-        let is_socket = std::fs::symlink_metadata(path).map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())).unwrap_or(true);
-        if !is_socket {
-            return format!("a memif server could not create its socket ({l}): {path} exists and is not a socket: remove it or give socket=PATH another path");
-        }
-        return format!(
-            "a memif server could not create its socket ({l}); another server listens on it (droce removes a \
-             socket file only when nothing listens on it): stop that server or give socket=PATH another path"
-        );
-    }
     let boring = ["Detected", "Selected", "IOVA", "Error - exiting", "Unregistering", "'command line'", "mp action callback"];
     let telling = lines
         .iter()
@@ -140,6 +131,39 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
         return format!("EAL initialisation failed: {} ({fallback})", l.trim_start_matches("EAL: "));
     }
     format!("EAL initialisation failed ({fallback})")
+}
+
+/// A memif server whose socket path is taken (`memif_socket_create(): Failed to setup socket
+/// PATH: Address already in use`): what is in the way and what to do. For EAL failures and
+/// for a vdev that was not created alike.
+pub fn memif_socket_in_use(log: &str) -> Option<String> {
+    let l = messages(log).into_iter().find(|l| l.contains("Address already in use") && l.contains("memif"))?;
+    // "memif_socket_create(): Failed to setup socket PATH: Address already in use"
+    let path = l.split("socket ").last().and_then(|r| r.split(": ").next()).unwrap_or("");
+    let md = std::fs::symlink_metadata(path);
+    if let (Ok(true), Ok(to)) = (md.as_ref().map(|m| m.file_type().is_symlink()), std::fs::read_link(path)) {
+        // bind(2) never follows or replaces a link, and droce removes only a stale socket
+        // file itself, never a link (it may point at another server's socket)
+        let what = match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => "a socket a server listens on",
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => "a socket nobody listens on (its server is gone)",
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => "nothing (a dangling link)",
+            Err(_) => "something that is not a listening socket",
+        };
+        return Some(format!(
+            "a memif server could not create its socket ({l}): {path} is a symbolic link to {}, {what}; a server binds its own \
+             socket at the path and cannot replace a link: remove the link (rm {path}) or give socket=PATH another path",
+            to.display()
+        ));
+    }
+    let is_socket = md.map(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())).unwrap_or(true);
+    if !is_socket {
+        return Some(format!("a memif server could not create its socket ({l}): {path} exists and is not a socket: remove it or give socket=PATH another path"));
+    }
+    Some(format!(
+        "a memif server could not create its socket ({l}); another server listens on it (droce removes a \
+         socket file only when nothing listens on it): stop that server or give socket=PATH another path"
+    ))
 }
 
 /// The driver's own reason for not creating vdev `name` (the message logged just before
@@ -184,6 +208,16 @@ mod tests {
         let l = eal_failure_line(&not_socket, "x");
         std::fs::remove_file(&f).unwrap();
         assert!(l.contains("exists and is not a socket: remove it"), "{l}");
+        // a symbolic link (here to the socket file of a server that is gone) is named as one
+        let dir = std::env::temp_dir().join(format!("droce-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (target, link) = (dir.join("dead.sock"), dir.join("link.sock"));
+        drop(std::os::unix::net::UnixListener::bind(&target).unwrap());
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let in_use = format!("memif_socket_create(): Failed to setup socket {}: Address already in use\n", link.display());
+        let l = eal_failure_line(&in_use, "x");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(l.contains(&format!("{} is a symbolic link to {}", link.display(), target.display())) && l.contains("nobody listens on") && l.contains("rm "), "{l}");
         let l = eal_failure_line("rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\nEAL: FATAL: odd\n", "x");
         assert!(l.contains("FATAL: odd"), "{l}");
         assert_eq!(vdev_failure_reason(log, "net_memif0").as_deref(), Some("memif_set_role(): Unknown role: bogus."));
@@ -196,6 +230,14 @@ mod tests {
         assert!(l.starts_with("virtual device 'net_memif0' was not created: memif_set_zc(): Zero-copy is not supported here;"), "{l}");
         let l = eal_failure_line("EAL: Physical addresses are unavailable, selecting IOVA as VA mode.\nEAL: FATAL: odd\n", "x");
         assert!(l.contains("FATAL: odd") && !l.contains("core list"), "{l}");
+        // a device the driver refused is named with the driver's reason, not taken for a core
+        // list problem from EAL's "Physical addresses are unavailable"
+        let refused = "EAL: Detected CPU lcores: 2\nEAL: Physical addresses are unavailable, selecting IOVA as VA mode.\n\
+                       rte_pmd_memif_probe(): Failed to register mp action callback: Operation not supported\n\
+                       memif_check_socket_filename(): Invalid socket directory.\nvdev_probe(): failed to initialize net_memif0 device\n\
+                       EAL: Bus (vdev) probe failed.\n";
+        let l = eal_failure_line(refused, "x");
+        assert!(l.starts_with("virtual device 'net_memif0' was not created: memif_check_socket_filename(): Invalid socket directory;"), "{l}");
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: invalid parameters for --socket-mem\nUsage: x\nEAL: Invalid 'command line' arguments.\n", "x");
         assert!(l.starts_with("EAL rejected an argument (invalid parameters for --socket-mem)"), "{l}");
         let l = eal_failure_line("EAL: Detected CPU lcores: 2\nEAL: Cannot open '/var/run/dpdk/p/config' for rte_mem_config\nEAL: FATAL: Cannot init config\nEAL: Cannot init config\n", "x");

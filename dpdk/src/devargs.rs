@@ -74,3 +74,46 @@ mod tests {
         assert_eq!(vdev_names(&a), vec!["net_ring0", "net_memif0"]);
     }
 }
+
+/// Why DPDK 22.11's net_memif would refuse `path` as the filesystem socket of
+/// `socket=PATH,socket-abstract=no` (`memif_check_socket_filename`), if it would: the path
+/// must be shorter than 108 bytes and name a file in a directory given from the root (the
+/// directory is checked with `faccessat(-1, dir, ...)`, which fails for a relative one and
+/// for `""`, i.e. a file right in `/`), and that directory must exist. Checked before EAL so
+/// that the error is clear and a stale-socket clean-up never touches such a path (a relative
+/// one would be resolved against the current directory, not where DPDK looks).
+pub fn memif_socket_path_problem(path: &str) -> Option<String> {
+    if path.len() >= 108 {
+        return Some(format!("socket={path}: a Unix socket path must be shorter than 108 bytes"));
+    }
+    let dir = match path.rfind('/') {
+        Some(i) if path.starts_with('/') && i > 0 => &path[..i],
+        _ => {
+            return Some(format!(
+                "socket={path}: net_memif (DPDK 22.11) wants an absolute path in a directory other than / (e.g. socket=/tmp/memif.sock), \
+                 or socket-abstract=yes for an abstract socket name"
+            ))
+        }
+    };
+    if !std::path::Path::new(dir).is_dir() {
+        return Some(format!("socket={path}: the directory {dir} does not exist"));
+    }
+    None
+}
+
+#[cfg(test)]
+mod memif_path_tests {
+    use super::memif_socket_path_problem as p;
+
+    #[test]
+    fn memif_socket_paths_dpdk_rejects_are_named() {
+        assert_eq!(p("/tmp/m.sock"), None);
+        for bad in ["./d.sock", "d.sock", "dir/d.sock", "/d.sock", "../x/d.sock"] {
+            let e = p(bad).unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(e.contains("absolute path"), "{e}");
+        }
+        assert!(p("/no-such-dir-droce/m.sock").is_some_and(|e| e.contains("does not exist")));
+        let long = format!("/tmp/{}", "x".repeat(110));
+        assert!(p(&long).is_some_and(|e| e.contains("108")));
+    }
+}

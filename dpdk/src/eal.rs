@@ -205,14 +205,25 @@ fn check_memif_args(args: &[String]) -> Result<()> {
         if !(name.starts_with("net_memif") || name.starts_with("eth_memif")) {
             continue;
         }
+        let (mut socket, mut abstract_) = (None, true);
         for kv in parts {
-            let key = kv.split('=').next().unwrap_or("").trim();
+            let (key, value) = kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())).unwrap_or((kv.trim(), ""));
             if !MEMIF_KEYS.contains(&key) {
                 return Err(Error::InvalidArgument(format!(
                     "--vdev={spec}: net_memif has no argument '{key}' (it would ignore every argument of this device); valid: {}",
                     MEMIF_KEYS.join(", ")
                 )));
             }
+            match key {
+                "socket" => socket = Some(value),
+                // DPDK's own test: "yes" anywhere in the value
+                "socket-abstract" => abstract_ = value.contains("yes"),
+                _ => {}
+            }
+        }
+        // DPDK would refuse the device with "Invalid socket directory" and nothing more
+        if let Some(why) = socket.filter(|_| !abstract_).and_then(crate::devargs::memif_socket_path_problem) {
+            return Err(Error::InvalidArgument(format!("--vdev={spec}: {why}")));
         }
     }
     Ok(())
@@ -228,7 +239,13 @@ mod tests {
 
     #[test]
     fn memif_keys_checked() {
-        assert!(check_memif_args(&args(&["--vdev=net_memif0,role=client,socket=/x,socket-abstract=no,rsize=11"])).is_ok());
+        assert!(check_memif_args(&args(&["--vdev=net_memif0,role=client,socket=/tmp/x,socket-abstract=no,rsize=11"])).is_ok());
+        // a path DPDK refuses ("Invalid socket directory") is named before EAL starts; as an
+        // abstract name (the default) any name goes
+        let e = check_memif_args(&args(&["--vdev=net_memif0,role=server,socket=./d.sock,socket-abstract=no"])).unwrap_err().to_string();
+        assert!(e.contains("socket=./d.sock") && e.contains("absolute path"), "{e}");
+        assert!(check_memif_args(&args(&["--vdev=net_memif0,socket=/x,socket-abstract=no"])).is_err());
+        assert!(check_memif_args(&args(&["--vdev=net_memif0,role=server,socket=./d.sock"])).is_ok());
         assert!(check_memif_args(&args(&["--vdev=net_ring0,whatever=1"])).is_ok());
         let e = check_memif_args(&args(&["--vdev", "net_memif1,role=client,sockett=/tmp/x"])).unwrap_err().to_string();
         assert!(e.contains("'sockett'") && e.contains("valid: id, role"), "{e}");

@@ -2,7 +2,8 @@
 //! lock files (slot 0 10.77.0.1, slot 1 10.77.0.2), connect over memif and exchange RC
 //! messages through IB CM; a third process on the same link joins (slot 2) instead of failing
 //! (`host_mesh.rs` has the mesh itself). Manual and thread progress. The ACK watchdog: an end that stops polling right after a receive still
-//! acknowledges it (held ACKs, the default, and DROCE_HOLD_ACKS=0).
+//! acknowledges it (held ACKs, the default, and DROCE_HOLD_ACKS=0). A server slow to answer
+//! the memif handshake is waited for, not dropped.
 
 mod host_util;
 
@@ -108,6 +109,33 @@ fn quiet_peer_without_held_acks() {
 fn away_peer_still_receives_and_acknowledges() {
     quiet_peer_in("away", "main exchange done: not polling for 1500 ms", "1");
     quiet_peer_in("away", "main exchange done: not polling for 1500 ms", "0");
+}
+
+/// A server slow to answer the memif handshake (a loaded machine runs its interrupt thread
+/// late; here it is stopped outright for longer than the client's retry delay, 5 s): the
+/// client keeps the connection it has open instead of dropping it and connecting again.
+/// Dropped, DPDK 22.11's memif server failed its hello to the closed connection ("sendmsg
+/// fail: Broken pipe" on stderr) and then aborted in its interrupt thread (an interrupt handle
+/// freed while still registered: "Error adding fd N epoll_ctl").
+#[test]
+fn slow_memif_handshake_is_waited_for_not_dropped() {
+    let link = format!("test-{}-slow-handshake", std::process::id());
+    let _locks = Locks(link.clone());
+    let env: Vec<(&'static str, String)> = vec![("DROCE_LINK", link.clone()), ("DROCE_PROGRESS", "manual".into()), ("HOST_TEST_HOLD_MS", "0".into())];
+    let server = spawn(&env);
+    // slot 0 has started its server ports and marked itself ready once its open returned
+    assert!(wait_until(Duration::from_secs(30), || server.has_line(|l| l.contains("open took"))), "slot 0 did not open");
+    let pid = server.child.id() as libc::pid_t;
+    // SAFETY: kill(2) on our own child process, by its pid (it has not been waited for)
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let client = spawn(&env);
+    std::thread::sleep(Duration::from_secs(7));
+    // SAFETY: as above
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let rc = client.finish(Duration::from_secs(45));
+    let rs = server.finish(Duration::from_secs(20));
+    check_end("server", &rs, "10.77.0.1", &["10.77.0.2"]);
+    check_end("client", &rc, "10.77.0.2", &["10.77.0.1"]);
 }
 
 #[test]

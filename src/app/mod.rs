@@ -115,6 +115,9 @@ impl App {
             Err(dpdk::Error::EalInit { errno, .. }) => {
                 return Err(crate::capture::eal_failure_line(&log, &dpdk::strerror(errno)));
             }
+            Err(dpdk::Error::VdevNotCreated { .. }) if crate::capture::memif_socket_in_use(&log).is_some() => {
+                return Err(crate::capture::memif_socket_in_use(&log).unwrap_or_default());
+            }
             Err(dpdk::Error::VdevNotCreated { name, .. }) if crate::capture::vdev_failure_reason(&log, &name).is_some() => {
                 let why = crate::capture::vdev_failure_reason(&log, &name).unwrap_or_default();
                 let why = why.trim_end_matches('.');

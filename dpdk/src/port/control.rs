@@ -104,14 +104,15 @@ impl Port {
     /// waited out their timeouts (seen in 1 of ~8 droce-pmd pairs once startup timing
     /// shifted). A start that fails (no server listening) is retried the same way.
     ///
-    /// Each reconnect closes a connection the server may not have accepted yet, and DPDK
-    /// 22.11's memif server does not survive that: its accept handler registers the new
-    /// connection with the interrupt thread, fails to send its hello (EPIPE), closes the
-    /// socket and frees the handle without unregistering it, and the interrupt thread's next
-    /// rebuild of its epoll set panics ("Error adding fd N epoll_ctl, Bad file descriptor",
-    /// SIGABRT). On a loaded machine a handshake can take longer than 300 ms, so the tries
-    /// back off; a client whose server is known to have started its port (the zero-config
-    /// pair) uses [`Port::wait_link_up_no_reconnect`].
+    /// A reconnect that closed a connection the server had not accepted yet would take the
+    /// server down: DPDK 22.11's accept handler registers the new connection with the
+    /// interrupt thread, fails to send its hello (EPIPE), closes the socket and frees the
+    /// handle without unregistering it, and the interrupt thread's next rebuild of its epoll
+    /// set panics ("Error adding fd N epoll_ctl, Bad file descriptor", SIGABRT). So only a
+    /// connection memif itself has closed (the refusal) is made again
+    /// ([`Port::memif_control_open`]), and the tries back off; a client whose server is known
+    /// to have started its port (the zero-config pair) uses
+    /// [`Port::wait_link_up_no_reconnect`].
     pub fn wait_link_up(&self, timeout: std::time::Duration) -> Result<bool> {
         self.wait_link(timeout, true)
     }
@@ -137,7 +138,9 @@ impl Port {
             if now.duration_since(t0) >= timeout {
                 return Ok(false);
             }
-            if memif_client && now.duration_since(since) >= every {
+            // only a connection memif has closed (refused, or the connect failed) is made
+            // again: one still open is a handshake the server has not finished yet
+            if memif_client && now.duration_since(since) >= every && self.memif_control_open() != Some(true) {
                 let _ = self.stop();
                 let _ = self.start();
                 since = now;
@@ -145,6 +148,37 @@ impl Port {
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
+    }
+
+    /// For a net_memif client port: whether this process holds an open control connection
+    /// to the port's server socket (waiting to be accepted, in the handshake, or connected);
+    /// `None` for other ports, or when `/proc/self/fd` cannot be read.
+    ///
+    /// memif closes the client's side itself when the server refuses it (a disconnect
+    /// message: port not started yet, "Already connected") or goes away, and never connects
+    /// again: only then may the caller stop and start the port to reconnect. Dropping a
+    /// connection the server has not finished with is what DPDK 22.11's memif server does
+    /// not survive: a handshake message it answers fails ("sendmsg fail: Broken pipe" on its
+    /// stderr) and, when it had not accepted the connection yet, its accept handler frees an
+    /// interrupt handle it left registered, and the interrupt thread's next epoll rebuild
+    /// panics (SIGABRT). On a loaded machine the server's interrupt thread can take seconds
+    /// over a handshake, so no timeout tells the two cases apart; the open socket does.
+    /// A process with two client ports on the same server socket cannot tell them apart here
+    /// (either open counts for both).
+    pub fn memif_control_open(&self) -> Option<bool> {
+        let name = port_name(self.id).ok()?;
+        let args = crate::devargs::vdev_args(&name)?;
+        if !name.starts_with("net_memif") {
+            return None;
+        }
+        let get = |k: &str| args.split(',').filter_map(|p| p.split_once('=')).find(|(a, _)| a.trim() == k).map(|(_, b)| b.trim());
+        if get("role") != Some("client") {
+            return None;
+        }
+        // DPDK 22.11's defaults
+        let path = get("socket").unwrap_or("/run/memif.sock");
+        let abstract_ = get("socket-abstract").map(|a| a != "no").unwrap_or(true);
+        unix_peer_open(path.as_bytes(), abstract_)
     }
 
     /// Link state, waiting up to 9 s for autonegotiation (`rte_eth_link_get`).
@@ -233,5 +267,78 @@ impl Port {
             return Err(Error::from_ret("rte_eth_xstats_reset", r));
         }
         Ok(())
+    }
+}
+
+/// Whether one of this process's sockets is connected to the Unix socket named `path`
+/// (abstract: `@path`): getpeername on every socket in `/proc/self/fd`. `None` when the
+/// directory cannot be read.
+fn unix_peer_open(path: &[u8], abstract_: bool) -> Option<bool> {
+    let want: Vec<u8> = if abstract_ { [&[0u8][..], path].concat() } else { path.to_vec() };
+    let dir = std::fs::read_dir("/proc/self/fd").ok()?;
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<libc::c_int>().ok()) else { continue };
+        if !std::fs::read_link(e.path()).is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(b"socket:")) {
+            continue;
+        }
+        // SAFETY: sockaddr_un is plain data (all-zero valid); getpeername writes at most `len`
+        // bytes into it. The fd may have been closed or reused by another thread since it was
+        // listed: then the call fails or names another socket, which only reads.
+        let (r, sa, len) = unsafe {
+            let mut sa: libc::sockaddr_un = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+            let r = libc::getpeername(fd, &mut sa as *mut libc::sockaddr_un as *mut libc::sockaddr, &mut len);
+            (r, sa, len)
+        };
+        if r != 0 || sa.sun_family != libc::AF_UNIX as libc::sa_family_t {
+            continue;
+        }
+        let off = std::mem::size_of::<libc::sa_family_t>();
+        let n = (len as usize).saturating_sub(off).min(sa.sun_path.len());
+        let mut name: Vec<u8> = sa.sun_path[..n].iter().map(|&c| c as u8).collect();
+        if !abstract_ {
+            // a path is NUL-terminated within the length
+            if let Some(z) = name.iter().position(|&b| b == 0) {
+                name.truncate(z);
+            }
+        }
+        if name == want {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unix_peer_open;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+
+    #[test]
+    fn unix_peer_open_finds_only_a_live_connection_to_that_name() {
+        let name = format!("/droce-test-peer-{}", std::process::id());
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let l = UnixListener::bind_addr(&addr).unwrap();
+        assert_eq!(unix_peer_open(name.as_bytes(), true), Some(false), "a listener is no connection");
+        // connected, not accepted yet: the state a slow server leaves a memif client in
+        let c = UnixStream::connect_addr(&addr).unwrap();
+        assert_eq!(unix_peer_open(name.as_bytes(), true), Some(true));
+        assert_eq!(unix_peer_open(name.as_bytes(), false), Some(false), "a path of the same name is another socket");
+        assert_eq!(unix_peer_open(format!("{name}x").as_bytes(), true), Some(false));
+        drop(c);
+        assert_eq!(unix_peer_open(name.as_bytes(), true), Some(false));
+        // a path socket
+        let dir = std::env::temp_dir().join(format!("droce-peer-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        let p = dir.join("s.sock");
+        let _ = std::fs::remove_file(&p);
+        let l2 = UnixListener::bind(&p).unwrap();
+        let c2 = UnixStream::connect(&p).unwrap();
+        assert_eq!(unix_peer_open(p.as_os_str().as_encoded_bytes(), false), Some(true));
+        drop(c2);
+        assert_eq!(unix_peer_open(p.as_os_str().as_encoded_bytes(), false), Some(false));
+        drop((l, l2));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

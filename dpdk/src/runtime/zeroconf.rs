@@ -18,8 +18,10 @@ pub const MESH_MAX: u32 = 16;
 /// are stuck, opens all the same and connects to them when they come).
 pub const MESH_OPEN_WAIT: Duration = Duration::from_secs(10);
 
-/// A zero-config client port whose link did not come up this long after its start (the server
-/// refused it: it raced the server's port start) connects again.
+/// A zero-config client port whose link did not come up this long after its start, and whose
+/// connection memif has closed (the server refused it, e.g. "Already connected" while it had
+/// not yet seen the slot's previous process go), connects again. One still open is left to
+/// finish, however long the server takes.
 pub(super) const MESH_CLIENT_RETRY: Duration = Duration::from_secs(5);
 
 /// How often the lock directory is looked at for new ready slots.
@@ -328,7 +330,12 @@ impl Runtime {
                         SlotState::Alive { pid, .. } => Some(pid) != p.server_pid,
                         SlotState::Free => true,
                     };
-                    if gone || now.duration_since(since) >= MESH_CLIENT_RETRY {
+                    // a connection memif still holds open is a handshake the server has not
+                    // finished (its interrupt thread runs late on a loaded machine): dropping
+                    // it broke the server (Port::memif_control_open), so only one memif
+                    // closed (refused) is made again
+                    let refused = now.duration_since(since) >= MESH_CLIENT_RETRY && p.port.memif_control_open() != Some(true);
+                    if gone || refused {
                         // its server went before the link came up, or refused the connection:
                         // start again when (a process in) that slot is ready
                         let _ = p.port.stop();
@@ -449,15 +456,19 @@ fn memif_socket(vdev: &str, role: &str) -> Option<MemifSocket> {
 /// any more: a server that was killed leaves its file behind, and DPDK's server then fails
 /// with "Address already in use". Only a file that is a Unix socket and stays stale by
 /// [`stale_socket_file`] is removed, and the removal is named on stderr; a live server's
-/// socket, one a starting server has bound and not yet listens on, a regular file or any
-/// other error is left for DPDK to report. Returns the paths removed.
+/// socket, one a starting server has bound and not yet listens on, a regular file, a
+/// symbolic link, a path DPDK would refuse (relative: `socket=./d.sock`) or any other error
+/// is left for EAL init to report. Returns the paths removed.
 pub fn remove_stale_memif_sockets(eal_args: &[String]) -> Vec<String> {
     let specs = crate::devargs::vdev_specs(eal_args);
     let servers = specs
         .iter()
         .filter(|v| v.starts_with("net_memif"))
         .filter_map(|v| memif_socket(v, "server"))
-        .filter(|s| !s.abstract_);
+        .filter(|s| !s.abstract_)
+        // a path DPDK refuses (a relative one: resolved here against the current directory)
+        // is Eal::init's clear error, not a file to remove
+        .filter(|s| crate::devargs::memif_socket_path_problem(&s.path).is_none());
     let mut removed = Vec::new();
     for s in servers {
         if stale_socket_file(&s.path) && std::fs::remove_file(&s.path).is_ok() {
