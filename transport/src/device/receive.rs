@@ -285,8 +285,8 @@ impl<M: Memory> Device<M> {
                         placed,
                     };
                     if let responder::Continued::Done { ack, timer } = responder::write_continuation(q, &req, &mut ctx, now) {
-                        // A WRITE continuation completes nothing, cannot fail the QP and
-                        // leaves the send queue alone: of `apply` and the local-error check
+                        // A WRITE or SEND Middle continuation completes nothing, cannot fail
+                        // the QP and leaves the send queue alone: of `apply` and the local-error check
                         // only the timer heap (a newly started ACK timer) and the ready list
                         // (a queued ACK, or a CNP the CE mark asked for) can have work.
                         self.fx = fx;
