@@ -36,9 +36,9 @@ impl RoceDevice {
         self.transmit(now, TxPass::DataOnly, &mut work);
         self.transmit(now, TxPass::All, &mut work);
         // RX: the ACKs held back from the last burst, then a new burst
-        while let Some(m) = self.rx_acks_later.pop_front() {
+        while let Some(mut m) = self.rx_acks_later.pop_front() {
             work.rx += 1;
-            self.rx_mbuf(now, m);
+            self.rx_mbuf(now, &mut m);
         }
         let mut n = 0;
         if let Some(mw) = &mut self.mesh {
@@ -105,14 +105,18 @@ impl RoceDevice {
         // ofi_rxm's atomics free the request on the answer).
         let mut order = RxOrder::default();
         let defer = self.fault_rx.is_none();
-        for m in batch.drain() {
+        // Each frame is handled in its mbuf, which stays in the batch; the handled ones are
+        // freed together in one `rte_pktmbuf_free_bulk` (a free per frame cost ~64
+        // instructions), the waiting ones stay behind in burst order.
+        batch.retain(|m| {
             let op = (m.nb_segs() == 1).then(|| rc_bth_opcode(m.data()));
             if defer && order.later(op) {
-                self.rx_acks_later.push_back(m);
-                continue;
+                return true;
             }
             self.rx_mbuf(now, m);
-        }
+            false
+        });
+        self.rx_acks_later.extend(batch.drain());
         self.rx_batch = batch;
     }
 

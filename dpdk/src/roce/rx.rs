@@ -6,17 +6,18 @@ use super::*;
 impl RoceDevice {
     // ------------------------------------------------------------------ receive
 
-    pub(super) fn rx_mbuf(&mut self, now: Instant, mut m: Mbuf) {
+    /// One received frame; its mbuf stays the caller's (an RX burst frees the mbufs of the
+    /// frames it handled in one bulk call).
+    pub(super) fn rx_mbuf(&mut self, now: Instant, m: &mut Mbuf) {
         self.counters.rx_frames += 1;
         if m.nb_segs() == 1 && self.fault_rx.is_none() {
             // The common path: parse in the mbuf, no copy before the transport.
-            self.rx_frame_with_mbuf(now, &mut m);
+            self.rx_frame_with_mbuf(now, m);
             return;
         }
         let mut frame = core::mem::take(&mut self.scratch);
         frame.clear();
         frame.extend_from_slice(&m.to_vec());
-        drop(m);
         if self.pcap.is_some() && is_captured(&frame) {
             let copy = frame.clone();
             self.capture(now.0, &copy);

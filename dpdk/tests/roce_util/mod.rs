@@ -43,14 +43,31 @@ pub fn zero_copy_rc(
     (dev, r, qp)
 }
 
-/// Stops and closes `port` and checks that no mbuf of `pool` leaked (call after dropping the
-/// devices and their buffers), then ends EAL.
+/// Stops and closes `port` and checks that no mbuf of `pool` leaked or was freed twice (call
+/// after dropping the devices and their buffers), then ends EAL.
 pub fn close_checking_pool(port: Port, pool: Arc<Mempool>, eal: Eal) {
     port.stop().unwrap();
     port.close().unwrap();
-    assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
+    assert_pool_whole(&pool);
     drop(pool);
     drop(eal);
+}
+
+/// Every mbuf of `pool` is back in it, and only once: none leaked (the in-use count), none
+/// freed twice (a double free puts one mbuf in the pool twice, which the count, capped at the
+/// pool's size, does not show: taking every mbuf out then gives the same one twice, or one
+/// more than the pool has).
+pub fn assert_pool_whole(pool: &Mempool) {
+    assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
+    let size = pool.size() as usize;
+    let mut seen = std::collections::HashSet::new();
+    let mut taken = Vec::with_capacity(size + 1);
+    while taken.len() <= size {
+        let Ok(m) = pool.alloc() else { break };
+        assert!(seen.insert(m.as_ptr() as usize), "mbuf {:p} came out of the pool twice: it was freed twice", m.as_ptr());
+        taken.push(m);
+    }
+    assert_eq!(taken.len(), size, "mbufs in the pool");
 }
 
 /// Two memif ports wired to each other, configured and started.
@@ -99,7 +116,8 @@ impl Wire {
         RoceDevice::new(cfg, &self.configured[i], self.pool.clone()).expect("RoceDevice::new")
     }
 
-    /// Stop and close the ports, then check that no mbuf leaked. Call after dropping devices.
+    /// Stop and close the ports, then check that no mbuf leaked or was freed twice. Call after
+    /// dropping devices.
     pub fn finish(self) {
         let Wire { pool, ports, tmp, eal, .. } = self;
         for p in &ports {
@@ -108,7 +126,7 @@ impl Wire {
         for p in ports {
             p.close().unwrap();
         }
-        assert_eq!(pool.in_use_count(), 0, "no mbuf leaked");
+        assert_pool_whole(&pool);
         drop(pool);
         drop(tmp);
         drop(eal);

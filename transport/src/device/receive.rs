@@ -245,7 +245,31 @@ impl<M: Memory> Device<M> {
                 if info.is_response() {
                     if matches!(q.state, QpState::Rts | QpState::Sqd) {
                         if let Some(r) = response_of(repr, payload) {
-                            completer::handle_response(q, r, &mut self.mem, now, &mut self.counters, &mut fx);
+                            if let Response::Read { psn, first: false, last, data } = r {
+                                let done = completer::read_continuation(q, psn, last, data, &mut self.mem, now, &mut fx);
+                                if let completer::ReadContinued::Done { timer, completed: false } = done {
+                                    // A READ response Middle completes nothing, cannot fail the
+                                    // QP and leaves the head of the send queue a started READ:
+                                    // of `apply` and the local-error check only the timer heap
+                                    // (a newly armed ACK timer) and the ready list (the window
+                                    // moved on; a CNP the CE mark asked for) can have work.
+                                    // A QP already on the ready list stays there as it is.
+                                    let in_ready = q.in_ready;
+                                    self.fx = fx;
+                                    if timer {
+                                        self.schedule(idx);
+                                    }
+                                    if !in_ready {
+                                        self.mark_ready(idx);
+                                    }
+                                    return;
+                                }
+                                if done == completer::ReadContinued::NotTaken {
+                                    completer::handle_response(q, r, &mut self.mem, now, &mut self.counters, &mut fx);
+                                }
+                            } else {
+                                completer::handle_response(q, r, &mut self.mem, now, &mut self.counters, &mut fx);
+                            }
                         }
                     }
                 } else {
@@ -261,8 +285,8 @@ impl<M: Memory> Device<M> {
                         placed,
                     };
                     if let responder::Continued::Done { ack, timer } = responder::write_continuation(q, &req, &mut ctx, now) {
-                        // A WRITE continuation completes nothing, cannot fail the QP and
-                        // leaves the send queue alone: of `apply` and the local-error check
+                        // A WRITE or SEND Middle continuation completes nothing, cannot fail
+                        // the QP and leaves the send queue alone: of `apply` and the local-error check
                         // only the timer heap (a newly started ACK timer) and the ready list
                         // (a queued ACK, or a CNP the CE mark asked for) can have work.
                         self.fx = fx;

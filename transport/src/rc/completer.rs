@@ -364,6 +364,68 @@ fn read_response<M: Memory>(
     progress(qp, now);
 }
 
+/// What [`read_continuation`] did, for the device to act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadContinued {
+    /// Not the common case: the response goes through [`handle_response`].
+    NotTaken,
+    /// Placed and accepted. `timer`: the local ACK timer was started (it was not set);
+    /// `completed`: the READ completed (a Last), its completion is in the effects.
+    Done { timer: bool, completed: bool },
+}
+
+/// The common packet of a bulk READ at the requester, without the general response path: a
+/// READ response Middle or Last (`last`) whose PSN is the oldest unacknowledged one, for the
+/// READ at the head of the send queue at the packet it expects next. Such a response
+/// acknowledges nothing before itself, so [`handle_response`]'s ghost check (`in_flight`,
+/// which for this PSN is "something is in flight") and implied-ACK branch have nothing to do;
+/// what can fail is checked as `read_response` checks it: the head WQE a started READ
+/// expecting this PSN, the opcode's position (a Last only for the READ's last packet) and
+/// the payload length, then the placement. When any of these fails, or the head WQE carries
+/// a local error, it returns [`ReadContinued::NotTaken`] having changed nothing (a failed
+/// placement is written again, identically, by the pipeline, which completes it in error).
+/// Otherwise it does what `read_response` does, so the QP ends in the same state either way
+/// (`read_continuation_matches_the_pipeline` compares the two). The caller has checked the
+/// QP state (RTS or SQD) and, for a Last, that its AETH is an ACK, as for the pipeline.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_continuation<M: Memory>(
+    qp: &mut Qp,
+    psn: Psn,
+    last: bool,
+    data: &[u8],
+    mem: &mut M,
+    now: Instant,
+    fx: &mut Effects,
+) -> ReadContinued {
+    if psn != qp.comp.psn || !qp.req.has_unacked(psn) {
+        return ReadContinued::NotTaken;
+    }
+    let mtu = qp.mtu() as u64;
+    let Some(w) = qp.req.sq.front() else { return ReadContinued::NotTaken };
+    if w.wr.opcode != SendOpcode::Read || !w.contains(psn) || psn != w.first_psn + w.read_rcvd || w.local_error.is_some() {
+        return ReadContinued::NotTaken;
+    }
+    let idx = psn.forward_distance(w.first_psn);
+    let offset = idx as u64 * mtu;
+    let expect_last = idx + 1 == w.npkts;
+    let expect_len = if expect_last { w.len - offset.min(w.len) } else { mtu };
+    if last != expect_last || data.len() as u64 != expect_len {
+        return ReadContinued::NotTaken;
+    }
+    let msg = Message { start: w.sges.as_slice().first().map_or(0, |s| s.addr), len: w.len, first: idx == 0 };
+    if scatter_part(mem, w.sges.as_slice(), offset, data, msg).is_err() {
+        return ReadContinued::NotTaken;
+    }
+    qp.comp.psn = psn + 1;
+    qp.req.sq[0].read_rcvd += 1;
+    if last {
+        complete_front(qp, WcStatus::Success, fx);
+    }
+    let armed = qp.timers.is_set(Timer::Retransmit);
+    progress(qp, now);
+    ReadContinued::Done { timer: !armed && qp.timers.is_set(Timer::Retransmit), completed: last }
+}
+
 /// The local ACK timer expired (9.7.6.1.3): go back to the oldest unacknowledged PSN, or
 /// give up after retry_cnt retries.
 pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters, fx: &mut Effects) {
@@ -398,4 +460,179 @@ fn retry_exceeded(qp: &mut Qp, status: WcStatus, fx: &mut Effects, c: &mut Count
     complete_front(qp, status, fx);
     fx.qp_error = true;
     fx.error_status = Some(status);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::VecMemory;
+    use crate::qp::{PathMtu, QpCap, QpInitAttr, QpState, QpType};
+    use crate::rc::requester::{ReqLimits, SendWqe};
+    use crate::rng::SplitMix64;
+    use crate::time::Duration;
+    use crate::types::Qpn;
+    use crate::verbs::{CqHandle, PdHandle, SendWr, Sge};
+    use crate::Lkey;
+
+    const BASE: u64 = 0x10_0000;
+    const MEM: usize = 1 << 15;
+    const MTU: u64 = 256;
+    const START: u32 = 0xff_ff00;
+
+    /// One requester QP and what its completer reaches.
+    struct Side {
+        qp: Qp,
+        mem: VecMemory,
+        counters: Counters,
+        fx: Effects,
+        /// Responses [`read_continuation`] took.
+        taken: u32,
+    }
+
+    fn new_qp() -> Qp {
+        let init = QpInitAttr { qp_type: QpType::Rc, pd: PdHandle(0), send_cq: CqHandle(0), recv_cq: CqHandle(0), srq: None, cap: QpCap::default(), sq_sig_all: false };
+        let mut qp = Qp::new(Qpn::new(0x11), init);
+        qp.state = QpState::Rts;
+        qp.attr.path_mtu = PathMtu::Mtu256;
+        qp.attr.timeout = 8; // ~1 ms: a few hundred steps of the stream below
+        qp.attr.retry_cnt = 7;
+        qp.attr.max_rd_atomic = 4;
+        // wraps during the run
+        qp.req.set_psn(Psn::new(START));
+        qp.comp.psn = Psn::new(START);
+        qp.comp.reset_counters(7, 7);
+        qp
+    }
+
+    impl Side {
+        fn new() -> Side {
+            Side { qp: new_qp(), mem: VecMemory::new(BASE, MEM), counters: Counters::default(), fx: Effects::default(), taken: 0 }
+        }
+
+        /// What the device's transmit path does with the requester: every packet it may send.
+        fn send(&mut self, now: Instant) {
+            let lim = ReqLimits { mtu: MTU as u32, max_rd_atomic: 4, max_unacked_psns: 1 << 12, dest_qp: Qpn::new(0x22), comp_psn: self.qp.comp.psn };
+            let mut sent = false;
+            while self.qp.req.next_packet(&lim).is_some() {
+                sent = true;
+            }
+            if sent {
+                arm_retransmit(&mut self.qp, now);
+            }
+        }
+
+        /// What the device does with a response: the continuation first if `fast`.
+        fn rx(&mut self, r: Response<'_>, now: Instant, fast: bool) {
+            if let (true, Response::Read { psn, first: false, last, data }) = (fast, r) {
+                if read_continuation(&mut self.qp, psn, last, data, &mut self.mem, now, &mut self.fx) != ReadContinued::NotTaken {
+                    self.taken += 1;
+                    return;
+                }
+            }
+            handle_response(&mut self.qp, r, &mut self.mem, now, &mut self.counters, &mut self.fx);
+        }
+
+        fn state(&self) -> String {
+            format!("{:?} {:?} {:?} {:?} {:?}", self.qp.req, self.qp.comp, self.qp.timers, self.counters, self.fx)
+        }
+
+        fn memory(&self) -> Vec<u8> {
+            let mut m = vec![0; MEM];
+            self.mem.read(BASE, &mut m).unwrap();
+            m
+        }
+    }
+
+    /// The continuation shortcut and the whole completer leave the QP, the memory, the
+    /// counters and the completions in the same state, response after response, over a stream
+    /// of READs (and WRITEs between them) where a share of the responses is wrong in one way
+    /// the completer checks (PSN ahead or behind, First/Last out of place, length off by one,
+    /// a scatter list too short for the data) or is an ACK or a sequence NAK, and ACK
+    /// timeouts rewind the requester in between.
+    #[test]
+    fn read_continuation_matches_the_pipeline() {
+        let (mut fast, mut full) = (Side::new(), Side::new());
+        let mut rng = SplitMix64::new(11);
+        let mut now = Instant::from_nanos(1_000_000);
+        let mut payload = vec![0u8; MTU as usize + 1];
+        let mut wr_id = 0;
+        for step in 0..20_000u32 {
+            if fast.qp.req.sq.len() < 3 && rng.chance(0.3) {
+                wr_id += 1;
+                let len = 1 + rng.below(6 * MTU);
+                let addr = BASE + rng.below(MEM as u64 - len);
+                let opcode = if rng.chance(0.2) { SendOpcode::Write } else { SendOpcode::Read };
+                let mut wr = SendWr::new(wr_id, opcode);
+                // two SGEs, now and then one byte short of the message
+                let short = u64::from(rng.chance(0.01));
+                let a = rng.below(len + 1);
+                wr.sg_list = vec![Sge { addr, length: a as u32, lkey: Lkey(1) }, Sge { addr: addr + a, length: (len - a - short) as u32, lkey: Lkey(1) }];
+                let signaled = rng.chance(0.5);
+                for s in [&mut fast, &mut full] {
+                    s.qp.req.sq.push_back(SendWqe::new(&wr, None, len, None, signaled));
+                }
+            }
+            if rng.chance(0.5) {
+                for s in [&mut fast, &mut full] {
+                    s.send(now);
+                }
+            }
+            let q = &fast.qp;
+            let Some(w) = q.req.sq.front().filter(|w| w.started) else { continue };
+            let mut resp = if w.wr.opcode == SendOpcode::Read {
+                let idx = w.read_rcvd;
+                let n = (w.len - (idx as u64 * MTU).min(w.len)).min(MTU) as usize;
+                (w.first_psn + idx, idx == 0, idx + 1 == w.npkts, n, true)
+            } else {
+                (w.last_psn(), false, false, 0, false)
+            };
+            if rng.chance(0.03) {
+                resp.0 = resp.0 + (1 + rng.below(3) as u32);
+            } else if rng.chance(0.02) {
+                resp.0 = resp.0 - 1;
+            }
+            if rng.chance(0.04) {
+                (resp.1, resp.2) = (rng.chance(0.5), rng.chance(0.5));
+            }
+            if rng.chance(0.03) {
+                resp.3 = [0, resp.3.saturating_sub(1), resp.3 + 1][rng.below(3) as usize];
+            }
+            for (i, b) in payload.iter_mut().enumerate() {
+                *b = (step as usize * 31 + i) as u8;
+            }
+            let (psn, first, last, n, read) = resp;
+            let r = if rng.chance(0.02) {
+                Response::Nak { psn, kind: NakCode::PsnSequenceError }
+            } else if read && !rng.chance(0.02) {
+                Response::Read { psn, first, last, data: &payload[..n] }
+            } else {
+                Response::Ack { psn }
+            };
+            now = now + Duration::from_nanos(rng.below(10_000));
+            // now and then the ACK timer runs out before the response arrives
+            let expire = rng.chance(0.005);
+            for (s, f) in [(&mut fast, true), (&mut full, false)] {
+                s.fx = Effects::default();
+                s.rx(r, now, f);
+                if expire || s.qp.timers.get(Timer::Retransmit).is_some_and(|t| t <= now) {
+                    s.qp.timers.stop(Timer::Retransmit);
+                    on_retransmit_timeout(&mut s.qp, now, &mut s.counters, &mut s.fx);
+                }
+            }
+            assert_eq!(fast.state(), full.state(), "step {step}: {r:?}");
+            if step % 1000 == 0 {
+                assert!(fast.memory() == full.memory(), "step {step}: memory differs");
+            }
+            if fast.fx.qp_error {
+                // the device would flush the QP: start again on a new one
+                for s in [&mut fast, &mut full] {
+                    s.qp = new_qp();
+                }
+            }
+        }
+        assert!(fast.memory() == full.memory(), "memory differs");
+        // the shortcut carried a good share of the stream, so the comparison covers it
+        assert!(fast.taken > 5_000, "taken {}", fast.taken);
+        assert_eq!(full.taken, 0);
+    }
 }
