@@ -27,9 +27,30 @@
 //!
 //! Every port call that may meet PMD state the interrupt thread also changes (bursts, start,
 //! stop, close, configure) holds a [`PortUse`] for its duration. A window opens only when no
-//! `PortUse` is held, and a `PortUse` is only taken outside windows (it waits, spinning then
-//! yielding, while one is open). So `memif_disconnect` on the interrupt thread can no longer
-//! overlap a burst: the burst after it sees the flag cleared and returns 0.
+//! `PortUse` is held: the interrupt thread, while it runs, swaps the gate's state from "no use,
+//! no window" to "window" in one compare-exchange, spinning a bounded while for the gap between
+//! two bursts, else it sleeps [`OPEN_RETRY`] and tries again. A `PortUse` is only taken outside
+//! windows (it waits, spinning then sleeping, while one is open). So `memif_disconnect` on the
+//! interrupt thread can no longer overlap a burst: the burst after it sees the flag cleared and
+//! returns 0.
+//!
+//! # Starvation
+//! Up to 2026-11-28 the thread opened the window first and then waited, spinning and then
+//! `sched_yield`ing, for the uses in flight to end; the datapath's next use found the window
+//! open and waited, yielding too, for the thread to come round and close it. So a datapath
+//! stood still for as long as the interrupt thread was off the CPU. On a loaded 2-vCPU VM
+//! (Linux 6.18, EEVDF; load 20) the interrupt thread of a `droce-pmd` memif server sat
+//! runnable and unscheduled for over 1.5 s (`/proc/PID/task/TID/schedstat` frozen) with the
+//! window open and no use held, while its datapath thread spun and yielded: no RX, no TX, and
+//! the peer's RC requester ran out of retries (`RETRY_EXC_ERR`, read_bw and write_bw at MTU 4096
+//! in about half the runs). Why the scheduler left a runnable thread off the CPU that long is
+//! not settled here; `sched_yield` loops are known to distort EEVDF's picks (LKML, "sched/fair:
+//! Only increment deadline once on yield", 2025-09), and both sides of the gate yield-looped
+//! on both CPUs (each process's datapath thread, pinned to one, and its interrupt thread, on
+//! the other). Now the window is
+//! only opened by the running interrupt thread when no use is held, neither side yields, and a
+//! datapath waits only while the thread is actually inside its window (microseconds).
+//! [`GateStats::wait_ns_max`] shows the longest such wait.
 //!
 //! Fast path cost: one atomic add and one atomic subtract per burst on a counter that only
 //! this process's datapath threads and the interrupt thread touch.
@@ -45,25 +66,51 @@ use std::time::{Duration, Instant};
 /// How often the parked interrupt thread is let run.
 pub const WINDOW_PERIOD: Duration = Duration::from_millis(1);
 
-/// High bit of [`STATE`]: a window is open (the interrupt thread may be inside PMD code).
+/// How long the interrupt thread sleeps before it tries again when uses were in flight
+/// through a whole try ([`Gate::try_open`]).
+const OPEN_RETRY: Duration = Duration::from_micros(200);
+
+/// Looks of one try to open a window (some 50 us): a burst lasts microseconds, and between
+/// two bursts of a datapath thread no use is held.
+const OPEN_SPINS: u32 = 1 << 10;
+
+/// Spins of a use waiting for a window to close before it sleeps between looks: a window
+/// lasts microseconds.
+const WAIT_SPINS: u32 = 1 << 9;
+
+/// A use that waited this many spins sleeps this long between looks.
+const WAIT_SLEEP: Duration = Duration::from_micros(20);
+
+/// High bit of [`Gate::state`]: a window is open (the interrupt thread may be inside PMD code).
 const WINDOW: u32 = 1 << 31;
 
-/// [`WINDOW`] | the number of [`PortUse`]s held.
-static STATE: AtomicU32 = AtomicU32::new(0);
+/// Set by [`freeze`]: no window opens again.
+const FROZEN: u32 = 1 << 30;
 
 static ARMED: AtomicBool = AtomicBool::new(false);
-static WINDOWS: AtomicU64 = AtomicU64::new(0);
-static WAITS: AtomicU64 = AtomicU64::new(0);
-static WINDOW_NS_MAX: AtomicU64 = AtomicU64::new(0);
 
-/// What the parked callback waits on: a kick (an early window) from [`kick`], or the freeze.
-static PARK: Mutex<Park> = Mutex::new(Park { kicked: false, frozen: false });
-static PARK_CV: Condvar = Condvar::new();
+/// The process's gate.
+static GATE: Gate = Gate::new();
 
 thread_local! {
     /// Set on the interrupt thread: callbacks of other sources that it runs inside a window may
     /// use ports without waiting for the window to close (it cannot close while they run).
     static ON_INTR_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The gate's state: one per process ([`GATE`]); unit tests make their own.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    /// [`WINDOW`] | [`FROZEN`] | the number of uses held.
+    state: AtomicU32,
+    windows: AtomicU64,
+    waits: AtomicU64,
+    window_ns_max: AtomicU64,
+    wait_ns_max: AtomicU64,
+    deferred: AtomicU64,
+    /// What the parked callback waits on: a kick (an early window) from [`kick`], or the freeze.
+    park: Mutex<Park>,
+    park_cv: Condvar,
 }
 
 #[derive(Debug)]
@@ -84,69 +131,186 @@ pub struct GateStats {
     pub waits: u64,
     /// Longest window, from opening until the thread parked again, in nanoseconds.
     pub window_ns_max: u64,
+    /// Longest wait of a port use for a window to close, in nanoseconds: how long a datapath
+    /// thread stood still for the interrupt thread (see the module docs, "Starvation").
+    pub wait_ns_max: u64,
+    /// Tries to open a window that found port uses in flight throughout and slept
+    /// [`OPEN_RETRY`] before the next one.
+    pub deferred: u64,
 }
 
 pub fn stats() -> GateStats {
-    GateStats {
-        armed: ARMED.load(Ordering::Relaxed),
-        windows: WINDOWS.load(Ordering::Relaxed),
-        waits: WAITS.load(Ordering::Relaxed),
-        window_ns_max: WINDOW_NS_MAX.load(Ordering::Relaxed),
-    }
+    let mut s = GATE.stats();
+    s.armed = ARMED.load(Ordering::Relaxed);
+    s
 }
 
 /// Held while a port is in use by this thread (see the module docs). Not `Send`: taken and
 /// dropped around one call on one thread.
+pub(crate) type PortUse = Use<'static>;
+
 #[derive(Debug)]
 #[must_use]
-pub(crate) struct PortUse {
+pub(crate) struct Use<'g> {
+    gate: &'g Gate,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl PortUse {
     #[inline]
     pub(crate) fn enter() -> PortUse {
-        // Acquire pairs with the Release of the window's close: what the interrupt thread did to
-        // the PMD in the window is visible to the burst.
-        if STATE.fetch_add(1, Ordering::Acquire) & WINDOW != 0 {
-            wait_window_closed();
-        }
-        PortUse { _not_send: std::marker::PhantomData }
+        GATE.enter()
     }
 }
 
-impl Drop for PortUse {
+impl Drop for Use<'_> {
     #[inline]
     fn drop(&mut self) {
         // Release pairs with the Acquire of the window's opening: the burst's reads of PMD
         // memory happen before anything the interrupt thread does in the next window.
-        STATE.fetch_sub(1, Ordering::Release);
+        self.gate.state.fetch_sub(1, Ordering::Release);
     }
 }
 
-/// A use found a window open: give the count back and wait until the window closes. The
-/// interrupt thread itself (running another source's callback inside the window) goes on.
-#[cold]
-fn wait_window_closed() {
-    if ON_INTR_THREAD.with(|c| c.get()) {
-        return;
+impl Gate {
+    pub(crate) const fn new() -> Gate {
+        Gate {
+            state: AtomicU32::new(0),
+            windows: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            window_ns_max: AtomicU64::new(0),
+            wait_ns_max: AtomicU64::new(0),
+            deferred: AtomicU64::new(0),
+            park: Mutex::new(Park { kicked: false, frozen: false }),
+            park_cv: Condvar::new(),
+        }
     }
-    WAITS.fetch_add(1, Ordering::Relaxed);
-    STATE.fetch_sub(1, Ordering::Relaxed);
-    let mut spins = 0u32;
-    loop {
-        if STATE.load(Ordering::Relaxed) & WINDOW == 0 {
-            if STATE.fetch_add(1, Ordering::Acquire) & WINDOW == 0 {
-                return;
+
+    fn stats(&self) -> GateStats {
+        GateStats {
+            armed: false,
+            windows: self.windows.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            window_ns_max: self.window_ns_max.load(Ordering::Relaxed),
+            wait_ns_max: self.wait_ns_max.load(Ordering::Relaxed),
+            deferred: self.deferred.load(Ordering::Relaxed),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn enter(&self) -> Use<'_> {
+        // Acquire pairs with the Release of the window's close: what the interrupt thread did to
+        // the PMD in the window is visible to the burst.
+        if self.state.fetch_add(1, Ordering::Acquire) & WINDOW != 0 {
+            self.wait_window_closed();
+        }
+        Use { gate: self, _not_send: std::marker::PhantomData }
+    }
+
+    /// A use found a window open: give the count back and wait until the window closes. The
+    /// interrupt thread itself (running another source's callback inside the window) goes on.
+    /// No `sched_yield`: see the module docs, "Starvation".
+    #[cold]
+    fn wait_window_closed(&self) {
+        if ON_INTR_THREAD.with(|c| c.get()) {
+            return;
+        }
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        self.state.fetch_sub(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if self.state.load(Ordering::Relaxed) & WINDOW == 0 {
+                if self.state.fetch_add(1, Ordering::Acquire) & WINDOW == 0 {
+                    self.wait_ns_max.fetch_max(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    return;
+                }
+                self.state.fetch_sub(1, Ordering::Relaxed);
             }
-            STATE.fetch_sub(1, Ordering::Relaxed);
+            if spins < WAIT_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(WAIT_SLEEP);
+            }
         }
-        spins = spins.saturating_add(1);
-        if spins < 256 {
+    }
+
+    /// Opens a window if no use is held, trying for a bounded number of spins. Only the
+    /// interrupt thread calls this, while it runs: a window is never open while that thread
+    /// is parked or waiting for uses to end. False when uses were in flight throughout, or the
+    /// gate is frozen.
+    fn try_open(&self) -> bool {
+        for _ in 0..OPEN_SPINS {
+            // a plain load while uses are held: the datapath's counter line is not written to
+            let s = self.state.load(Ordering::Relaxed);
+            if s & FROZEN != 0 {
+                return false;
+            }
+            // Acquire pairs with the Release of the last use's drop: the bursts' accesses to
+            // PMD memory happen before the window's.
+            if s == 0 && self.state.compare_exchange(0, WINDOW, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                return true;
+            }
             std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
         }
+        false
+    }
+
+    /// The eventfd's callback, on the interrupt thread: close the window, park until the next
+    /// period (or a kick), open the next window once no use is held, and make sure the thread
+    /// comes back right after (`wake`).
+    fn on_event(&self, window_opened: &mut Option<Instant>, wake: impl Fn()) {
+        ON_INTR_THREAD.with(|c| c.set(true));
+        self.state.fetch_and(!WINDOW, Ordering::Release);
+        if let Some(t) = window_opened.take() {
+            let ns = t.elapsed().as_nanos() as u64;
+            self.window_ns_max.fetch_max(ns, Ordering::Relaxed);
+        }
+        let mut wait = WINDOW_PERIOD;
+        loop {
+            self.park(wait);
+            if self.try_open() {
+                break;
+            }
+            self.deferred.fetch_add(1, Ordering::Relaxed);
+            wait = OPEN_RETRY;
+        }
+        self.windows.fetch_add(1, Ordering::Relaxed);
+        *window_opened = Some(Instant::now());
+        wake();
+    }
+
+    /// Sleeps for `wait` or until kicked; for good once frozen.
+    fn park(&self, wait: Duration) {
+        let mut park = self.park.lock().unwrap_or_else(PoisonError::into_inner);
+        let deadline = Instant::now() + wait;
+        loop {
+            if park.frozen {
+                park = self.park_cv.wait(park).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            let now = Instant::now();
+            if park.kicked || now >= deadline {
+                break;
+            }
+            park = self.park_cv.wait_timeout(park, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        park.kicked = false;
+    }
+
+    fn kick(&self) {
+        self.park.lock().unwrap_or_else(PoisonError::into_inner).kicked = true;
+        self.park_cv.notify_one();
+    }
+
+    fn freeze(&self) {
+        self.park.lock().unwrap_or_else(PoisonError::into_inner).frozen = true;
+        // No window opens after this (try_open expects a state of exactly 0) ...
+        self.state.fetch_or(FROZEN, Ordering::AcqRel);
+        // ... and one in progress is waited out: once a use gets in, the thread has closed the
+        // window and is in the callback, where it parks for good.
+        drop(self.enter());
     }
 }
 
@@ -165,7 +329,7 @@ pub(crate) fn arm() {
         eprintln!("droce: interrupt-thread gate not armed ({e}); a PMD that tears a port down from DPDK's interrupt thread (net_memif on peer exit) may crash this process");
         return;
     }
-    STATE.fetch_or(WINDOW, Ordering::AcqRel);
+    GATE.state.fetch_or(WINDOW, Ordering::AcqRel);
     sys::wake();
 }
 
@@ -173,8 +337,7 @@ pub(crate) fn arm() {
 /// that waits for something the thread does, such as a link coming up).
 pub fn kick() {
     if ARMED.load(Ordering::Relaxed) {
-        PARK.lock().unwrap_or_else(PoisonError::into_inner).kicked = true;
-        PARK_CV.notify_one();
+        GATE.kick();
     }
 }
 
@@ -208,52 +371,13 @@ pub fn freeze() {
     if !ARMED.load(Ordering::Acquire) {
         return;
     }
-    PARK.lock().unwrap_or_else(PoisonError::into_inner).frozen = true;
-    // Wait out a window in progress: once a use gets in, the thread has closed the window and
-    // is in the callback, where it sees `frozen` before it could open another.
-    drop(PortUse::enter());
+    GATE.freeze();
 }
 
-/// The eventfd's callback, on the interrupt thread: close the window, park until the next
-/// period (or a kick), open the next window, and make sure the thread comes back right after.
+/// The eventfd's callback, on the interrupt thread.
 fn on_event(window_opened: &mut Option<Instant>) {
-    ON_INTR_THREAD.with(|c| c.set(true));
     sys::drain();
-    STATE.fetch_and(!WINDOW, Ordering::Release);
-    if let Some(t) = window_opened.take() {
-        let ns = t.elapsed().as_nanos() as u64;
-        WINDOW_NS_MAX.fetch_max(ns, Ordering::Relaxed);
-    }
-    {
-        let mut park = PARK.lock().unwrap_or_else(PoisonError::into_inner);
-        let deadline = Instant::now() + WINDOW_PERIOD;
-        loop {
-            if park.frozen {
-                park = PARK_CV.wait(park).unwrap_or_else(PoisonError::into_inner);
-                continue;
-            }
-            let now = Instant::now();
-            if park.kicked || now >= deadline {
-                break;
-            }
-            park = PARK_CV.wait_timeout(park, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
-        }
-        park.kicked = false;
-    }
-    // Open: no new use may start, and the ones in flight finish (a burst is bounded).
-    STATE.fetch_or(WINDOW, Ordering::Acquire);
-    let mut spins = 0u32;
-    while STATE.load(Ordering::Acquire) & !WINDOW != 0 {
-        spins = spins.saturating_add(1);
-        if spins < 256 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
-    }
-    WINDOWS.fetch_add(1, Ordering::Relaxed);
-    *window_opened = Some(Instant::now());
-    sys::wake();
+    GATE.on_event(window_opened, sys::wake);
 }
 
 #[allow(unsafe_code)]
@@ -318,5 +442,104 @@ mod sys {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid u64 from our non-blocking eventfd.
         let _ = unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::thread;
+
+    /// EAL's interrupt thread as the gate sees it: the callback, again and again (EAL calls
+    /// it as soon as it has handled what was pending), until `stop`.
+    fn interrupt_thread(gate: &Gate, stop: &AtomicBool) {
+        let mut opened = None;
+        while !stop.load(Ordering::Relaxed) {
+            gate.on_event(&mut opened, || {});
+        }
+        gate.state.fetch_and(!WINDOW, Ordering::Release);
+    }
+
+    /// The starvation of 2026-11-28 without a scheduler: a use held for a long time stands
+    /// for an interrupt thread that is off the CPU while it waits for the uses in flight to end.
+    /// Other threads' uses must go on meanwhile: the gate must not claim a window it cannot open
+    /// yet. (The gate before the fix set the window bit first and made them wait.)
+    #[test]
+    fn a_held_use_keeps_the_window_shut_and_others_going() {
+        let gate = Gate::new();
+        let stop = AtomicBool::new(false);
+        let holding = AtomicBool::new(true);
+        let uses = AtomicU64::new(0);
+        // (while a use is held, after it is released); asserted once every thread is done
+        let (during, after) = thread::scope(|s| {
+            let long = gate.enter();
+            s.spawn(|| interrupt_thread(&gate, &stop));
+            let user = s.spawn(|| {
+                let t0 = Instant::now();
+                while holding.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+                    drop(gate.enter());
+                    uses.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            // many periods: the interrupt thread has tried (and deferred) its window many times,
+            // the other thread has used the gate many times
+            let t0 = Instant::now();
+            let busy = |g: GateStats| (g.deferred < 20 || uses.load(Ordering::Relaxed) < 1000) && g.waits == 0 && g.windows == 0;
+            while busy(gate.stats()) && t0.elapsed() < Duration::from_secs(60) {
+                thread::sleep(Duration::from_millis(5));
+            }
+            let during = (gate.stats(), t0.elapsed());
+            holding.store(false, Ordering::Relaxed);
+            drop(long);
+            user.join().unwrap();
+            // once no use is held, windows open again
+            let t0 = Instant::now();
+            while gate.stats().windows < during.0.windows + 3 && t0.elapsed() < Duration::from_secs(60) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            stop.store(true, Ordering::Relaxed);
+            gate.kick();
+            (during, gate.stats())
+        });
+        let (during, took) = during;
+        eprintln!("{took:?} with a use held: {during:?}");
+        assert_eq!(during.waits, 0, "no use waited for a window it could not get: {during:?}");
+        assert_eq!(during.windows, 0, "no window while a use was held: {during:?}");
+        assert!(during.deferred >= 20, "the interrupt thread tried to open windows: {during:?}");
+        assert!(uses.load(Ordering::Relaxed) >= 1000, "the other thread used the gate meanwhile");
+        assert!(after.windows >= 3, "windows open when no use is held: {after:?}");
+    }
+
+    /// A window open keeps uses out until it closes (what the gate is for).
+    #[test]
+    fn an_open_window_holds_uses_until_it_closes() {
+        let gate = Gate::new();
+        assert!(gate.try_open());
+        let entered = AtomicBool::new(false);
+        thread::scope(|s| {
+            s.spawn(|| {
+                let u = gate.enter();
+                entered.store(true, Ordering::Release);
+                drop(u);
+            });
+            // it is waiting (and stays out a while longer)
+            let t0 = Instant::now();
+            while gate.stats().waits == 0 && t0.elapsed() < Duration::from_secs(60) {
+                thread::sleep(Duration::from_millis(1));
+            }
+            thread::sleep(Duration::from_millis(20));
+            let early = entered.load(Ordering::Acquire);
+            gate.state.fetch_and(!WINDOW, Ordering::Release);
+            assert!(!early, "a use got in while the window was open");
+        });
+        assert!(entered.load(Ordering::Acquire));
+        assert_eq!(gate.stats().waits, 1);
+        // a held use keeps a window from opening; a frozen gate never opens one
+        let u = gate.enter();
+        assert!(!gate.try_open());
+        drop(u);
+        gate.state.fetch_or(FROZEN, Ordering::AcqRel);
+        assert!(!gate.try_open());
     }
 }

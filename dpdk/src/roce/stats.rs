@@ -30,6 +30,12 @@ pub struct EngineCounters {
     pub tx_zero_copy: u64,
     /// `dereg_mr` calls refused because the PMD still held frames over the MR.
     pub dereg_busy: u64,
+    /// Port calls that waited for the interrupt-thread gate's window to close, and the
+    /// longest such wait in microseconds ([`crate::intr_gate::GateStats`]; the process's,
+    /// filled in by [`RoceDevice::stats`]): a datapath that stood still for DPDK's interrupt
+    /// thread shows here.
+    pub gate_waits: u64,
+    pub gate_wait_max_us: u64,
 }
 
 impl EngineCounters {
@@ -58,6 +64,8 @@ impl EngineCounters {
             ("injected_faults", self.injected_faults),
             ("tx_zero_copy", self.tx_zero_copy),
             ("dereg_busy", self.dereg_busy),
+            ("gate_waits", self.gate_waits),
+            ("gate_wait_max_us", self.gate_wait_max_us),
         ]
         .into_iter()
     }
@@ -119,10 +127,11 @@ impl RoceDevice {
     }
 
     pub fn stats(&self) -> RoceStats {
+        let gate = crate::intr_gate::stats();
         RoceStats {
             port: self.port.stats().unwrap_or_default(),
             transport: self.dev.counters().clone(),
-            engine: self.counters.clone(),
+            engine: EngineCounters { gate_waits: gate.waits, gate_wait_max_us: gate.wait_ns_max / 1000, ..self.counters.clone() },
             faults_rx: self.fault_rx.as_ref().map(|f| f.counters).unwrap_or_default(),
             faults_tx: self.fault_tx.as_ref().map(|f| f.counters).unwrap_or_default(),
         }
