@@ -213,6 +213,26 @@ impl Requester {
             }
             self.can_send(lim).ok()?;
         }
+        Some(self.advance(lim))
+    }
+
+    /// The next packet of the WQE in progress, for a segment train (`device::transmit`):
+    /// `next_packet` when the caller knows that nothing but the window can hold it back — no
+    /// RNR wait, no resend queued (neither changes while a device transmits) — and the WQE at
+    /// `next` was started (so its fence and READ/atomic limits were passed when it began).
+    /// `None` when the WQE at `next` is not a started one or the window is full.
+    pub fn next_started_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
+        debug_assert!(!self.rnr_wait && self.resend.is_empty());
+        let w = self.sq.get(self.next)?;
+        if !w.started || w.local_error.is_some() || self.psn.forward_distance(lim.comp_psn) >= self.window(lim.max_unacked_psns) {
+            return None;
+        }
+        Some(self.advance(lim))
+    }
+
+    /// The next new packet (its limits checked by the caller), advancing PSN and WQE progress.
+    #[inline]
+    fn advance(&mut self, lim: &ReqLimits) -> TxPkt {
         self.max_window = lim.max_unacked_psns;
         let (mut pkt, consumed, ends) = self.build(self.next, self.psn, lim);
         let psn = self.psn;
@@ -231,7 +251,7 @@ impl Requester {
         } else {
             self.sent_pkts = psn.forward_distance(self.sq[self.next].first_psn) + 1;
         }
-        Some(pkt)
+        pkt
     }
 
     /// Selective repeat: queue PSN `psn` (sent, not acknowledged) to be resent alone. False
