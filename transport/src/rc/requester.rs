@@ -227,7 +227,30 @@ impl Requester {
         if !w.started || w.local_error.is_some() || self.psn.forward_distance(lim.comp_psn) >= self.window(lim.max_unacked_psns) {
             return None;
         }
-        Some(self.advance(lim))
+        // A Middle packet of a SEND or WRITE, most of a long message's, is made here as
+        // `build` and `advance` make it (no extension header, a full MTU of payload, no
+        // AckReq before MAX_PKTS_PER_ACK), without going through their general match and
+        // moving the packet twice on the way out.
+        let idx = self.psn.forward_distance(w.first_psn);
+        let middle = match w.wr.opcode {
+            SendOpcode::Send | SendOpcode::SendImm | SendOpcode::SendInv => Opcode::RcSendMiddle,
+            SendOpcode::Write | SendOpcode::WriteImm => Opcode::RcWriteMiddle,
+            _ => return Some(self.advance(lim)),
+        };
+        if idx == 0 || idx + 1 >= w.npkts || self.noack_pkts >= MAX_PKTS_PER_ACK {
+            return Some(self.advance(lim));
+        }
+        let mut pkt = TxPkt::new(middle, self.psn, lim.dest_qp);
+        pkt.payload = Payload::SendWqe { wqe: self.next, offset: idx as u64 * lim.mtu as u64, len: lim.mtu };
+        debug_assert_eq!(pkt, self.build(self.next, self.psn, lim).0);
+        self.max_window = lim.max_unacked_psns;
+        self.noack_pkts += 1;
+        self.psn = self.psn + 1;
+        if self.psn.is_after(self.sent_high) {
+            self.sent_high = self.psn;
+        }
+        self.sent_pkts = idx + 1;
+        Some(pkt)
     }
 
     /// The next new packet (its limits checked by the caller), advancing PSN and WQE progress.
