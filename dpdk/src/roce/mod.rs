@@ -411,6 +411,9 @@ pub struct RoceDevice {
     /// whether the application polled since its last look.
     polls: u64,
     spare: Option<Mbuf>,
+    /// The frames of a TX step's train, with their destination, until it ends (empty
+    /// between steps: `transmit_frames`).
+    tx_step: Vec<(Option<IpAddr>, Mbuf)>,
     /// Fresh TX mbufs, allocated in bulk.
     tx_mbufs: txmbufs::TxMbufs,
     /// The destination of the last frame routed in the current TX step and its MAC. Valid
@@ -524,6 +527,7 @@ impl RoceDevice {
             idle_polls: 0,
             polls: 0,
             spare: None,
+            tx_step: Vec::new(),
             tx_mbufs: Default::default(),
             tx_route: None,
             mesh: None,

@@ -6,7 +6,6 @@
 use super::RoceDevice;
 use crate::Mbuf;
 use droce_transport::neigh::{Released, Route, MAX_CONTROL_FRAME};
-use droce_transport::wire::classify::ip_dst;
 use droce_transport::wire::{eth, EthernetFrame};
 use droce_transport::Instant;
 use std::net::IpAddr;
@@ -15,9 +14,10 @@ pub use droce_transport::neigh::{NeighConfig, NeighCounters, Neighbours};
 pub use droce_transport::wire::ipv6::link_local_from_mac;
 
 impl RoceDevice {
-    /// Address a transport frame from the neighbour table, or hold it and resolve.
-    pub(super) fn route(&mut self, now: u64, mut m: Mbuf) {
-        let Some(ip) = ip_dst(m.data()) else {
+    /// Address a transport frame from the neighbour table, or hold it and resolve. `ip` is
+    /// the frame's destination (`classify::ip_dst`), which the caller has read already.
+    pub(super) fn route(&mut self, now: u64, ip: Option<IpAddr>, mut m: Mbuf) {
+        let Some(ip) = ip else {
             self.counters.tx_no_route += 1;
             return;
         };

@@ -4,6 +4,7 @@
 use super::rx::{ipv4_header_len, is_roce, rc_bth_opcode, RxOrder};
 use super::*;
 use droce_transport::device::{TxPass, TxPayload};
+use droce_transport::wire::classify::ip_dst;
 
 impl RoceDevice {
     // ------------------------------------------------------------------ the loop
@@ -181,70 +182,72 @@ impl RoceDevice {
         let budget = (self.cfg.tx_burst as usize).min(room);
         // A capture and TX faults read and rewrite the frame as one slice: they see copies.
         let zc_min = self.zc_min.filter(|_| self.pcap.is_none() && self.fault_tx.is_none());
-        let mut sent = 0;
         // the last destination routed is remembered for this step only (`route`)
         self.tx_route = None;
-        while sent < budget && self.transmit_one(now, pass, zc_min) {
-            sent += 1;
-        }
+        let sent = self.transmit_frames(now, pass, zc_min, budget);
         self.tx_route = None;
         work.tx += sent as u32;
         self.flush_tx();
     }
 
-    /// One frame from the transport into an mbuf, routed to the TX queue; false when the
-    /// transport has none or no mbuf is left. Out of line with the `frame-profile` feature, so
-    /// that an instruction profile shows the per-frame TX work apart from the idle polls.
+    /// Up to `budget` frames from the transport, each into an mbuf, routed to the TX queue;
+    /// stops when the transport has none or no mbuf is left. The frames come as a segment
+    /// train ([`Device::tx_train`]: a QP's run of frames without the per-frame round robin
+    /// and QP checks) and are routed when the train ends, except that a frame to a
+    /// destination not yet routed in this step ends the train and is routed at once: it may
+    /// be to one of our own addresses, received right here, and the transport must see it
+    /// before it makes the next frame, as it did frame by frame. Out of line with the
+    /// `frame-profile` feature, so that an instruction profile shows the per-frame TX work
+    /// apart from the idle polls.
     #[cfg_attr(feature = "frame-profile", inline(never))]
-    fn transmit_one(&mut self, now: Instant, pass: TxPass, zc_min: Option<usize>) -> bool {
-        let mut m = match self.spare.take() {
-            Some(m) => m,
-            None => match self.tx_mbufs.take(&self.pool) {
-                Some(m) => m,
-                None => {
+    fn transmit_frames(&mut self, now: Instant, pass: TxPass, zc_min: Option<usize>, budget: usize) -> usize {
+        let mut sent = 0;
+        let mut step = core::mem::take(&mut self.tx_step);
+        let mut more = true;
+        while more && sent < budget {
+            more = false;
+            // No zero-copy minimum: every frame written whole, as by `poll_transmit`.
+            let mut train = self.dev.tx_train(now, pass, zc_min.unwrap_or(usize::MAX));
+            while sent < budget {
+                let mut m = match self.spare.take() {
+                    Some(m) => m,
+                    None => match self.tx_mbufs.take(&self.pool) {
+                        Some(m) => m,
+                        None => {
+                            self.counters.tx_nombuf += 1;
+                            break;
+                        }
+                    },
+                };
+                let Some(buf) = m.set_len(self.frame_len as u16) else {
                     self.counters.tx_nombuf += 1;
-                    return false;
-                }
-            },
-        };
-        let Some(buf) = m.set_len(self.frame_len as u16) else {
-            self.counters.tx_nombuf += 1;
-            return false;
-        };
-        // No zero-copy minimum: every frame written whole, as by `poll_transmit`.
-        match self.dev.poll_transmit_split(now, buf, pass, zc_min.unwrap_or(usize::MAX)) {
-            Some(f) => {
+                    break;
+                };
+                let Some(f) = train.next(buf) else {
+                    self.spare = Some(m);
+                    break;
+                };
                 let _ = m.set_len(f.len as u16);
                 if let Some(p) = f.payload {
-                    self.attach_payload(&mut m, f.len, &p);
+                    attach_payload(&mut self.ext, &self.pool, &mut self.tx_mbufs, &mut self.counters, train.memory(), &mut m, f.len, &p);
                 }
                 self.counters.tx_roce += 1;
-                self.route(now.0, m);
-                true
+                sent += 1;
+                let ip = ip_dst(m.data());
+                let routed = ip.is_some() && self.tx_route.is_some_and(|(last, _)| Some(last) == ip);
+                step.push((ip, m));
+                if !routed {
+                    more = true;
+                    break;
+                }
             }
-            None => {
-                self.spare = Some(m);
-                false
+            drop(train);
+            for (ip, m) in step.drain(..) {
+                self.route(now.0, ip, m);
             }
         }
-    }
-
-    /// Behind the `hdr_len` header bytes in `m`: the payload in registered memory as an
-    /// external-buffer segment and the pad + ICRC as a third ([`zerocopy`]); or, when that
-    /// cannot be done (no range holds it, the pool is out of mbufs), a copy into `m`, the
-    /// same bytes as the copy path would have written.
-    fn attach_payload(&mut self, m: &mut Mbuf, hdr_len: usize, p: &TxPayload) {
-        if self.ext.attach(&self.pool, &mut self.tx_mbufs, m, p.addr, p.len, p.trailer()) {
-            self.counters.tx_zero_copy += 1;
-            return;
-        }
-        let total = hdr_len + p.len + p.trailer().len();
-        let Some(buf) = m.set_len(total as u16) else { return };
-        let (body, trailer) = buf[hdr_len..].split_at_mut(p.len);
-        if self.dev.memory().read(p.addr, body).is_err() {
-            body.fill(0);
-        }
-        trailer.copy_from_slice(p.trailer());
+        self.tx_step = step;
+        sent
     }
 
     pub(super) fn flush_tx(&mut self) {
@@ -320,4 +323,32 @@ impl RoceDevice {
         }
         self.tx_queue.push_back(m);
     }
+}
+
+/// Behind the `hdr_len` header bytes in `m`: the payload in registered memory as an
+/// external-buffer segment and the pad + ICRC as a third ([`zerocopy`]); or, when that
+/// cannot be done (no range holds it, the pool is out of mbufs), a copy into `m` from `mem`,
+/// the same bytes as the copy path would have written.
+#[allow(clippy::too_many_arguments)]
+fn attach_payload(
+    ext: &mut zerocopy::ExtRanges,
+    pool: &Mempool,
+    tx_mbufs: &mut txmbufs::TxMbufs,
+    counters: &mut EngineCounters,
+    mem: &ProcessMemory,
+    m: &mut Mbuf,
+    hdr_len: usize,
+    p: &TxPayload,
+) {
+    if ext.attach(pool, tx_mbufs, m, p.addr, p.len, p.trailer()) {
+        counters.tx_zero_copy += 1;
+        return;
+    }
+    let total = hdr_len + p.len + p.trailer().len();
+    let Some(buf) = m.set_len(total as u16) else { return };
+    let (body, trailer) = buf[hdr_len..].split_at_mut(p.len);
+    if mem.read(p.addr, body).is_err() {
+        body.fill(0);
+    }
+    trailer.copy_from_slice(p.trailer());
 }

@@ -52,7 +52,7 @@ use crate::wire::{
     self, icrc, opcode::TransportClass, AethSyndrome, BthRepr, EthernetAddress, EthernetRepr, EtherType,
     HeaderTemplate, IpRepr, Opcode, RoceRepr, UdpRepr, ROCE_V2_PORT,
 };
-pub use transmit::{TxFrame, TxPass, TxPayload};
+pub use transmit::{TxFrame, TxPass, TxPayload, TxTrain};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};

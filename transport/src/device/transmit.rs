@@ -1,5 +1,7 @@
 //! The transmit path: round robin among QPs with work, the ACK-hold policy, frames built
-//! from the QP's next packet, CNPs, and pacing to a QP's DCQCN rate.
+//! from the QP's next packet, CNPs, and pacing to a QP's DCQCN rate. Every frame comes
+//! from a [`TxTrain`] (`poll_transmit` is a train of one frame): a run of one QP's frames
+//! within a TX step does what is per step once (see `TxTrain`).
 //!
 //! Pacing covers what a QP sends as data: its requests (retransmissions included) and its
 //! READ responses (a READ is congested on the responder's side, and its requester's NP
@@ -103,9 +105,30 @@ impl<M: Memory> Device<M> {
     /// Write the next frame to send into `buf` (at least `max_frame_len()` bytes) and
     /// return its length. QPs with work take turns, one frame each.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        if buf.len() < self.max_frame_len() {
-            return None;
-        }
+        self.tx_train(now, TxPass::All, usize::MAX).next(buf).map(|f| f.len)
+    }
+
+    /// A segment train: the frames of `poll_transmit_split(now, .., pass, min_payload)` calls,
+    /// one per [`TxTrain::next`], byte for byte and in the same order, for an embedder that
+    /// takes several frames in one TX step. While the train lives nothing else reaches the
+    /// device (it holds `&mut self`), so what only RX, timers or the application change —
+    /// the QP's state, its header template, its limits other than the window, the round
+    /// robin's other QPs — is looked at for the first frame of a run of one QP's frames and
+    /// not again for the rest (see [`TxTrain`]).
+    pub fn tx_train(&mut self, now: Instant, pass: TxPass, min_payload: usize) -> TxTrain<'_, M> {
+        self.holding = match pass {
+            TxPass::All => false,
+            TxPass::DataOnly => true,
+            TxPass::AfterRx => self.cfg.hold_acks,
+        };
+        self.split_min = min_payload.max(1);
+        TxTrain { dev: self, now, car: None, run_frames: 0 }
+    }
+
+    /// One frame by the round robin: the QP at the front of the ready list that has one sends
+    /// it. Returns the QP's index with the frame's length; the QP is not put back on the
+    /// ready list (the caller does, or keeps sending its frames: [`TxTrain`]).
+    fn transmit_next(&mut self, now: Instant, buf: &mut [u8]) -> Option<(u32, usize)> {
         for _ in 0..self.ready.len() {
             let idx = self.ready.pop_front()?;
             if let Some(q) = self.qps.get_mut(idx) {
@@ -113,14 +136,77 @@ impl<M: Memory> Device<M> {
             } else {
                 continue;
             }
-            let sent = self.transmit_qp(idx, now, buf);
-            self.mark_ready(idx);
-            if let Some(n) = sent {
-                self.counters.sent_pkts += 1;
-                return Some(n);
+            match self.transmit_qp(idx, now, buf) {
+                Some(n) => {
+                    self.counters.sent_pkts += 1;
+                    return Some((idx, n));
+                }
+                None => self.mark_ready(idx),
             }
         }
         None
+    }
+
+    /// Whether QP `idx`, which just sent a frame, may send its next ones as a train
+    /// ([`TxTrain`]), and of which kind: no other QP waits for its turn, it is an RC QP in
+    /// RTS, unpaced (the pacer and DCQCN then see every frame as before), no CNP to send,
+    /// and its next frame is a READ response (the front reply is one) or, with no reply
+    /// queued, a request of a started WQE (no RNR wait, no selective resend queued). None of
+    /// these changes while the device transmits, except what the train's own frames change
+    /// (the reply queue's front, the WQE in progress, the window), which
+    /// [`car_frame`](Self::car_frame) checks per frame.
+    fn car_run(&self, idx: u32) -> Option<Run> {
+        if !self.ready.is_empty() || self.cfg.cc.pace {
+            return None;
+        }
+        let q = self.qps.get(idx)?;
+        if q.init.qp_type != QpType::Rc || q.state != QpState::Rts || q.cc.paced() || q.cc.np.pending.is_some() {
+            return None;
+        }
+        match q.resp.queue.front() {
+            Some(Reply::Read { .. }) => Some(Run::ReadResponses),
+            Some(_) => None,
+            None if q.req.rnr_wait || !q.req.resend.is_empty() => None,
+            None => Some(Run::Requests(self.limits(q))),
+        }
+    }
+
+    /// The next frame of a train's QP, as [`transmit_qp`](Self::transmit_qp) would make it
+    /// under the conditions [`car_run`](Self::car_run) found (they still hold): no ready
+    /// list, limits, state, pacer or CNP checks, no header template check, and the
+    /// `schedule` and `mark_ready` of the QP once at the end of its run (`settle`). `None`
+    /// when its next frame is not one of the run: the caller settles the QP and goes the
+    /// round robin's way.
+    fn car_frame(&mut self, car: &Car, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let idx = car.idx;
+        let q = self.qps.get_mut(idx)?;
+        let pkt = match &car.run {
+            Run::ReadResponses => {
+                if !front_is_read(q) {
+                    return None;
+                }
+                responder::next_reply(q, false)?
+            }
+            Run::Requests(lim) => {
+                let resend = q.req.psn.is_before(q.req.sent_high);
+                let p = q.req.next_started_packet(lim)?;
+                // the run may have begun with a reply: its first request arms the timer
+                completer::arm_retransmit(q, now);
+                if resend {
+                    self.counters.retransmitted_pkts += 1;
+                }
+                p
+            }
+        };
+        let pkey = q.pkey;
+        self.emit_framed(idx, &pkt, pkey, buf)
+    }
+
+    /// The end of a QP's run in a train: its timers and its place in the round robin, as
+    /// after each of its frames without a train.
+    fn settle(&mut self, idx: u32) {
+        self.schedule(idx);
+        self.mark_ready(idx);
     }
 
     /// [`poll_transmit`](Self::poll_transmit) without the plain ACK/NAK replies (unless a
@@ -137,10 +223,7 @@ impl<M: Memory> Device<M> {
     /// reply leave in one burst, the ACK first: the peer completes its send before it
     /// receives the answer, as with any NIC. An ACK waits for at most one round.
     pub fn poll_transmit_data(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        self.holding = true;
-        let r = self.poll_transmit(now, buf);
-        self.holding = false;
-        r
+        self.tx_train(now, TxPass::DataOnly, usize::MAX).next(buf).map(|f| f.len)
     }
 
     /// What a poll loop sends right after a round of received frames: with the ACK-hold
@@ -165,16 +248,7 @@ impl<M: Memory> Device<M> {
     /// they complete as they leave, and the application may then reuse the buffer while a
     /// NIC or a ring still holds the frame.
     pub fn poll_transmit_split(&mut self, now: Instant, buf: &mut [u8], pass: TxPass, min_payload: usize) -> Option<TxFrame> {
-        self.split_min = min_payload.max(1);
-        self.split_out = None;
-        let r = match pass {
-            TxPass::All => self.poll_transmit(now, buf),
-            TxPass::DataOnly => self.poll_transmit_data(now, buf),
-            TxPass::AfterRx => self.poll_transmit_after_rx(now, buf),
-        };
-        self.split_min = usize::MAX;
-        let payload = self.split_out.take();
-        r.map(|len| TxFrame { len, payload })
+        self.tx_train(now, pass, min_payload).next(buf)
     }
 
     /// Turns the ACK-hold policy on or off ([`DeviceConfig::hold_acks`]).
@@ -335,6 +409,11 @@ impl<M: Memory> Device<M> {
 
     pub(super) fn emit(&mut self, idx: u32, pkt: &TxPkt, av: &AddressVector, sport: u16, pkey: PKey, buf: &mut [u8]) -> Option<usize> {
         self.header_template(idx, av, sport)?;
+        self.emit_framed(idx, pkt, pkey, buf)
+    }
+
+    /// [`emit`](Self::emit) with the QP's header template as it is (made for this path).
+    fn emit_framed(&mut self, idx: u32, pkt: &TxPkt, pkey: PKey, buf: &mut [u8]) -> Option<usize> {
         let tpl = &self.qps.get(idx)?.tx_hdr.as_ref()?.tpl;
         let ident = self.ip_id;
         if tpl.is_ipv4() {
@@ -456,4 +535,91 @@ impl<M: Memory> Device<M> {
 /// Whether the responder's next reply is a READ response (paced, unlike ACKs).
 fn front_is_read(q: &Qp) -> bool {
     matches!(q.resp.queue.front(), Some(Reply::Read { .. }))
+}
+
+/// A segment train ([`Device::tx_train`]): the device's frames of one TX step. A run of one
+/// QP's frames (the next message's segments, or READ responses) is made with what is per
+/// step looked at once: the round robin keeps the QP while no other QP waits (which is
+/// where it would put it again), and the QP's own checks and bookkeeping happen for the
+/// run's first frame and at its end; per frame remain the packet (PSN, opcode, payload
+/// offset, the window), the headers written from the template and the ICRC. Paced QPs,
+/// CNPs, ACKs, UD and every other case go frame by frame as in `poll_transmit`. Dropping
+/// the train ends the run (the QP's timers and its place in the round robin).
+pub struct TxTrain<'a, M: Memory> {
+    dev: &'a mut Device<M>,
+    now: Instant,
+    /// The QP of the last frame while its run goes on: its `settle` is owed.
+    car: Option<Car>,
+    /// Frames made as the continuation of a run (without the round robin and QP checks).
+    run_frames: u64,
+}
+
+/// A QP whose frames a train is sending, and what kind of run.
+#[derive(Debug, Clone, Copy)]
+struct Car {
+    idx: u32,
+    run: Run,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Run {
+    /// The requests of started WQEs, under these limits (fixed while the device transmits).
+    Requests(ReqLimits),
+    /// READ responses from the front of the reply queue.
+    ReadResponses,
+}
+
+impl<M: Memory> TxTrain<'_, M> {
+    /// The next frame into `buf` (at least `max_frame_len()` bytes): what
+    /// [`Device::poll_transmit_split`] would return now.
+    #[cfg_attr(feature = "frame-profile", inline(never))]
+    pub fn next(&mut self, buf: &mut [u8]) -> Option<TxFrame> {
+        let d = &mut *self.dev;
+        if buf.len() < d.max_frame_len() {
+            return None;
+        }
+        d.split_out = None;
+        if let Some(car) = self.car {
+            if let Some(len) = d.car_frame(&car, self.now, buf) {
+                d.counters.sent_pkts += 1;
+                self.run_frames += 1;
+                return Some(TxFrame { len, payload: d.split_out.take() });
+            }
+            self.car = None;
+            d.settle(car.idx);
+        }
+        let (idx, len) = d.transmit_next(self.now, buf)?;
+        match d.car_run(idx) {
+            Some(run) => self.car = Some(Car { idx, run }),
+            None => d.mark_ready(idx),
+        }
+        Some(TxFrame { len, payload: d.split_out.take() })
+    }
+
+    /// How many of the train's frames were made as the continuation of a QP's run (the
+    /// others went the round robin's way): for tests and profiles.
+    pub fn run_frames(&self) -> u64 {
+        self.run_frames
+    }
+
+    /// The device's memory (a frame's payload left there is read from it).
+    pub fn memory(&self) -> &M {
+        &self.dev.mem
+    }
+
+    /// Ends the QP's run, if one is going on (also when the train is dropped).
+    #[cfg_attr(feature = "frame-profile", inline(never))]
+    pub fn finish(&mut self) {
+        if let Some(car) = self.car.take() {
+            self.dev.settle(car.idx);
+        }
+    }
+}
+
+impl<M: Memory> Drop for TxTrain<'_, M> {
+    fn drop(&mut self) {
+        self.finish();
+        self.dev.holding = false;
+        self.dev.split_min = usize::MAX;
+    }
 }

@@ -213,6 +213,49 @@ impl Requester {
             }
             self.can_send(lim).ok()?;
         }
+        Some(self.advance(lim))
+    }
+
+    /// The next packet of the WQE in progress, for a segment train (`device::transmit`):
+    /// `next_packet` when the caller knows that nothing but the window can hold it back — no
+    /// RNR wait, no resend queued (neither changes while a device transmits) — and the WQE at
+    /// `next` was started (so its fence and READ/atomic limits were passed when it began).
+    /// `None` when the WQE at `next` is not a started one or the window is full.
+    pub fn next_started_packet(&mut self, lim: &ReqLimits) -> Option<TxPkt> {
+        debug_assert!(!self.rnr_wait && self.resend.is_empty());
+        let w = self.sq.get(self.next)?;
+        if !w.started || w.local_error.is_some() || self.psn.forward_distance(lim.comp_psn) >= self.window(lim.max_unacked_psns) {
+            return None;
+        }
+        // A Middle packet of a SEND or WRITE, most of a long message's, is made here as
+        // `build` and `advance` make it (no extension header, a full MTU of payload, no
+        // AckReq before MAX_PKTS_PER_ACK), without going through their general match and
+        // moving the packet twice on the way out.
+        let idx = self.psn.forward_distance(w.first_psn);
+        let middle = match w.wr.opcode {
+            SendOpcode::Send | SendOpcode::SendImm | SendOpcode::SendInv => Opcode::RcSendMiddle,
+            SendOpcode::Write | SendOpcode::WriteImm => Opcode::RcWriteMiddle,
+            _ => return Some(self.advance(lim)),
+        };
+        if idx == 0 || idx + 1 >= w.npkts || self.noack_pkts >= MAX_PKTS_PER_ACK {
+            return Some(self.advance(lim));
+        }
+        let mut pkt = TxPkt::new(middle, self.psn, lim.dest_qp);
+        pkt.payload = Payload::SendWqe { wqe: self.next, offset: idx as u64 * lim.mtu as u64, len: lim.mtu };
+        debug_assert_eq!(pkt, self.build(self.next, self.psn, lim).0);
+        self.max_window = lim.max_unacked_psns;
+        self.noack_pkts += 1;
+        self.psn = self.psn + 1;
+        if self.psn.is_after(self.sent_high) {
+            self.sent_high = self.psn;
+        }
+        self.sent_pkts = idx + 1;
+        Some(pkt)
+    }
+
+    /// The next new packet (its limits checked by the caller), advancing PSN and WQE progress.
+    #[inline]
+    fn advance(&mut self, lim: &ReqLimits) -> TxPkt {
         self.max_window = lim.max_unacked_psns;
         let (mut pkt, consumed, ends) = self.build(self.next, self.psn, lim);
         let psn = self.psn;
@@ -231,7 +274,7 @@ impl Requester {
         } else {
             self.sent_pkts = psn.forward_distance(self.sq[self.next].first_psn) + 1;
         }
-        Some(pkt)
+        pkt
     }
 
     /// Selective repeat: queue PSN `psn` (sent, not acknowledged) to be resent alone. False

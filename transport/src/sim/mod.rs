@@ -193,6 +193,13 @@ pub struct Pair {
     pub split_min: Option<usize>,
     /// Frames sent split (headers, memory, trailer).
     pub split_frames: u64,
+    /// Take each device's frames of a round as one segment train ([`Device::tx_train`])
+    /// instead of one `poll_transmit` call each; the link sees the same frames either way.
+    pub train: bool,
+    /// Frames the trains made as the continuation of a QP's run ([`TxTrain::run_frames`]).
+    ///
+    /// [`TxTrain::run_frames`]: crate::device::TxTrain::run_frames
+    pub train_run_frames: u64,
     wire: Wire,
     buf: Vec<u8>,
 }
@@ -283,6 +290,8 @@ impl Pair {
             filter: None,
             split_min: None,
             split_frames: 0,
+            train: false,
+            train_run_frames: 0,
             wire: Wire::new(seed),
             buf,
         }
@@ -338,6 +347,10 @@ impl Pair {
         let mut busy = false;
         let mut buf = core::mem::take(&mut self.buf);
         for to_b in [true, false] {
+            if self.train {
+                busy |= self.transmit_train(to_b, &mut buf);
+                continue;
+            }
             loop {
                 let dev = if to_b { &mut self.a.dev } else { &mut self.b.dev };
                 let n = match self.split_min {
@@ -393,6 +406,39 @@ impl Pair {
         .flatten()
         .min();
         advance_clock(&mut self.now, next)
+    }
+
+    /// One device's frames of a round as a segment train, linearised as by `step`, then on
+    /// the link in their order (the link's choices depend on nothing the train changes).
+    fn transmit_train(&mut self, to_b: bool, buf: &mut [u8]) -> bool {
+        let (dev, peer_mac) = if to_b { (&mut self.a.dev, self.b.mac) } else { (&mut self.b.dev, self.a.mac) };
+        let mut frames = Vec::new();
+        let mut train = dev.tx_train(self.now, TxPass::All, self.split_min.unwrap_or(usize::MAX));
+        while let Some(f) = train.next(buf) {
+            let n = match f.payload {
+                None => f.len,
+                Some(p) => {
+                    self.split_frames += 1;
+                    let end = f.len + p.len;
+                    if train.memory().read(p.addr, &mut buf[f.len..end]).is_err() {
+                        buf[f.len..end].fill(0);
+                    }
+                    buf[end..end + p.trailer().len()].copy_from_slice(p.trailer());
+                    end + p.trailer().len()
+                }
+            };
+            let mut eth = EthernetFrame::new_unchecked(&mut buf[..n]);
+            if n >= 6 && eth.dst_addr() == EthernetAddress([0; 6]) {
+                eth.set_dst_addr(EthernetAddress(peer_mac));
+            }
+            frames.push(buf[..n].to_vec());
+        }
+        self.train_run_frames += train.run_frames();
+        drop(train);
+        for f in &frames {
+            self.send(to_b, f);
+        }
+        !frames.is_empty()
     }
 
     /// Step until `done` returns true, the network is idle, or `max_steps` rounds passed.
