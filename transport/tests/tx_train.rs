@@ -10,10 +10,9 @@
 //! repeat over a lossy link, and paced QPs (congestion control: every frame the pacer's way).
 
 use droce_transport::cc::CcConfig;
-use droce_transport::device::rc_connect::{init_attr, rts_attr, rtr_attr};
-use droce_transport::qp::{PathMtu, QpAttrMask, QpHandle, QpInitAttr, QpType};
+use droce_transport::qp::{PathMtu, QpHandle};
 use droce_transport::sim::{LinkConfig, Node, Pair, RcOpts, MEM_BASE};
-use droce_transport::verbs::{AccessFlags, RecvWr, SendOpcode, SendWr, WorkCompletion};
+use droce_transport::verbs::{RecvWr, SendOpcode, SendWr, WorkCompletion};
 use droce_transport::wire::{Opcode, RoceRepr};
 use droce_transport::counters::Counters;
 use droce_transport::{DeviceConfig, Instant, Memory};
@@ -36,27 +35,7 @@ struct Outcome {
 
 /// An RC QP on each node, connected, with selective repeat on both when `sr`.
 fn connect(a: &mut Node, b: &mut Node, o: RcOpts, sr: bool) -> (QpHandle, QpHandle) {
-    let mut qps = [QpHandle(0); 2];
-    for (i, n) in [&mut *a, &mut *b].into_iter().enumerate() {
-        let init = QpInitAttr { qp_type: QpType::Rc, pd: n.pd, send_cq: n.cq, recv_cq: n.cq, srq: None, cap: o.cap, sq_sig_all: false };
-        qps[i] = n.dev.create_qp(init).expect("create_qp");
-    }
-    let na = a.dev.query_qp(qps[0]).expect("qp").qp_num;
-    let nb = b.dev.query_qp(qps[1]).expect("qp").qp_num;
-    let (ava, avb) = (a.av_to(b), b.av_to(a));
-    for (n, q, av, peer, rq, sq) in [(a, qps[0], ava, nb, o.psn_b, o.psn_a), (b, qps[1], avb, na, o.psn_a, o.psn_b)] {
-        let (at, m) = init_attr(AccessFlags::ALL);
-        n.dev.modify_qp(q, &at, m).expect("INIT");
-        let (mut at, mut m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
-        if sr {
-            at.selective_repeat = true;
-            m = m | QpAttrMask::SELECTIVE_REPEAT;
-        }
-        n.dev.modify_qp(q, &at, m).expect("RTR");
-        let (at, m) = rts_attr(sq, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
-        n.dev.modify_qp(q, &at, m).expect("RTS");
-    }
-    (qps[0], qps[1])
+    droce_transport::sim::rc_connect_sr(a, b, o, sr, sr)
 }
 
 /// The traffic of one case.

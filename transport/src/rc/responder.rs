@@ -857,6 +857,55 @@ mod tests {
         }
     }
 
+    /// One packet of a comparison stream, fed to both sides: `opcode` with `n` payload bytes,
+    /// now and then with its PSN a few ahead or one behind and its length off by one, an
+    /// AckReq, an immediate on `imm_opcode`; ACK timers fire and replies leave now and then.
+    /// The two sides must end in the same state. Returns the payload length sent and whether
+    /// the packet moved the expected PSN.
+    #[allow(clippy::too_many_arguments)]
+    fn feed_both(fast: &mut Side, full: &mut Side, rng: &mut SplitMix64, now: &mut Instant, payload: &mut [u8], step: u32, opcode: Opcode, n: usize, imm_opcode: Opcode) -> (usize, bool) {
+        let mut psn = fast.qp.resp.epsn;
+        if rng.chance(0.03) {
+            psn = psn + (1 + rng.below(3) as u32);
+        } else if rng.chance(0.02) {
+            psn = psn - 1;
+        }
+        let mut n = n;
+        if rng.chance(0.03) {
+            n = [0, n.saturating_sub(1), n + 1][rng.below(3) as usize];
+        }
+        for (i, b) in payload.iter_mut().enumerate() {
+            *b = (step as usize * 31 + i) as u8;
+        }
+        let r = Request {
+            opcode,
+            psn,
+            ack_req: rng.chance(0.1),
+            solicited: false,
+            reth: None,
+            atomic: None,
+            immdt: (opcode == imm_opcode).then_some(5),
+            ieth: None,
+            payload: &payload[..n],
+        };
+        *now = *now + Duration::from_nanos(rng.below(10_000));
+        let send = rng.chance(0.2);
+        let before = fast.qp.resp.epsn;
+        for (s, f) in [(&mut *fast, true), (&mut *full, false)] {
+            s.fx = Effects::default();
+            s.rx(&r, *now, f);
+            if s.qp.timers.get(Timer::AckCoalesce).is_some_and(|t| t <= *now) {
+                s.qp.timers.stop(Timer::AckCoalesce);
+                on_ack_timeout(&mut s.qp, *now, Duration::from_micros(20));
+            }
+            if send {
+                while next_reply(&mut s.qp, false).is_some() {}
+            }
+        }
+        assert_eq!(fast.state(), full.state(), "step {step}: {r:?}");
+        (n, fast.qp.resp.epsn != before)
+    }
+
     /// The continuation shortcut and the whole pipeline leave the QP, the memory and the
     /// counters in the same state, packet after packet, over a stream of WRITEs where a
     /// share of the packets is wrong in one way the pipeline checks (PSN ahead or behind,
@@ -886,49 +935,12 @@ mod tests {
                 let ops = [Opcode::RcWriteMiddle, Opcode::RcWriteLast, Opcode::RcWriteLastImm, Opcode::RcWriteFirst, Opcode::RcSendMiddle, Opcode::RcWriteOnly];
                 opcode = ops[rng.below(ops.len() as u64) as usize];
             }
-            let mut psn = q.resp.epsn;
-            if rng.chance(0.03) {
-                psn = psn + (1 + rng.below(3) as u32);
-            } else if rng.chance(0.02) {
-                psn = psn - 1;
-            }
-            let mut n = left.min(MTU) as usize;
-            if rng.chance(0.03) {
-                n = [0, n.saturating_sub(1), n + 1][rng.below(3) as usize];
-            }
             if rng.chance(0.01) {
                 for s in [&mut fast, &mut full] {
                     s.qp.attr.qp_access_flags.0 ^= AccessFlags::REMOTE_WRITE.0;
                 }
             }
-            for (i, b) in payload.iter_mut().enumerate() {
-                *b = (step as usize * 31 + i) as u8;
-            }
-            let r = Request {
-                opcode,
-                psn,
-                ack_req: rng.chance(0.1),
-                solicited: false,
-                reth: None,
-                atomic: None,
-                immdt: (opcode == Opcode::RcWriteLastImm).then_some(5),
-                ieth: None,
-                payload: &payload[..n],
-            };
-            now = now + Duration::from_nanos(rng.below(10_000));
-            let send = rng.chance(0.2);
-            for (s, f) in [(&mut fast, true), (&mut full, false)] {
-                s.fx = Effects::default();
-                s.rx(&r, now, f);
-                if s.qp.timers.get(Timer::AckCoalesce).is_some_and(|t| t <= now) {
-                    s.qp.timers.stop(Timer::AckCoalesce);
-                    on_ack_timeout(&mut s.qp, now, Duration::from_micros(20));
-                }
-                if send {
-                    while next_reply(&mut s.qp, false).is_some() {}
-                }
-            }
-            assert_eq!(fast.state(), full.state(), "step {step}: {r:?}");
+            feed_both(&mut fast, &mut full, &mut rng, &mut now, &mut payload, step, opcode, left.min(MTU) as usize, Opcode::RcWriteLastImm);
             if step % 1000 == 0 {
                 assert!(fast.memory() == full.memory(), "step {step}: memory differs");
             }
@@ -967,52 +979,13 @@ mod tests {
                     s.qp.resp.in_msg = InMessage::Send;
                 }
             }
-            let q = &fast.qp;
             let mut opcode = if left > MTU { Opcode::RcSendMiddle } else { Opcode::RcSendLast };
             if rng.chance(0.05) {
                 let ops = [Opcode::RcSendMiddle, Opcode::RcSendLast, Opcode::RcSendLastImm, Opcode::RcSendFirst, Opcode::RcWriteMiddle, Opcode::RcSendOnly];
                 opcode = ops[rng.below(ops.len() as u64) as usize];
             }
-            let mut psn = q.resp.epsn;
-            if rng.chance(0.03) {
-                psn = psn + (1 + rng.below(3) as u32);
-            } else if rng.chance(0.02) {
-                psn = psn - 1;
-            }
-            let mut n = left.clamp(1, MTU) as usize;
-            if rng.chance(0.03) {
-                n = [0, n.saturating_sub(1), n + 1][rng.below(3) as usize];
-            }
-            for (i, b) in payload.iter_mut().enumerate() {
-                *b = (step as usize * 31 + i) as u8;
-            }
-            let r = Request {
-                opcode,
-                psn,
-                ack_req: rng.chance(0.1),
-                solicited: false,
-                reth: None,
-                atomic: None,
-                immdt: (opcode == Opcode::RcSendLastImm).then_some(5),
-                ieth: None,
-                payload: &payload[..n],
-            };
-            now = now + Duration::from_nanos(rng.below(10_000));
-            let send = rng.chance(0.2);
-            let before = fast.qp.resp.epsn;
-            for (s, f) in [(&mut fast, true), (&mut full, false)] {
-                s.fx = Effects::default();
-                s.rx(&r, now, f);
-                if s.qp.timers.get(Timer::AckCoalesce).is_some_and(|t| t <= now) {
-                    s.qp.timers.stop(Timer::AckCoalesce);
-                    on_ack_timeout(&mut s.qp, now, Duration::from_micros(20));
-                }
-                if send {
-                    while next_reply(&mut s.qp, false).is_some() {}
-                }
-            }
-            assert_eq!(fast.state(), full.state(), "step {step}: {r:?}");
-            if fast.qp.resp.epsn != before {
+            let (n, advanced) = feed_both(&mut fast, &mut full, &mut rng, &mut now, &mut payload, step, opcode, left.clamp(1, MTU) as usize, Opcode::RcSendLastImm);
+            if advanced {
                 left = left.saturating_sub(n as u64);
             }
             if fast.fx.qp_error || fast.fx.wcs.iter().any(|w| w.1.status != WcStatus::Success) || fast.qp.resp.in_msg == InMessage::None {

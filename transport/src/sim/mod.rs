@@ -469,15 +469,25 @@ impl Pair {
 /// Create an RC QP on `a` and one on `b` and connect them (RESET -> INIT -> RTR -> RTS);
 /// `o.psn_a` is `a`'s send PSN, `o.psn_b` is `b`'s.
 pub fn rc_connect(a: &mut Node, b: &mut Node, o: RcOpts) -> (QpHandle, QpHandle) {
+    rc_connect_sr(a, b, o, false, false)
+}
+
+/// As [`rc_connect`], with the selective-repeat attribute at RTR on `a`'s QP when `sr_a`
+/// and on `b`'s when `sr_b` (both when the peers negotiated it).
+pub fn rc_connect_sr(a: &mut Node, b: &mut Node, o: RcOpts, sr_a: bool, sr_b: bool) -> (QpHandle, QpHandle) {
     let qa = create(a, QpType::Rc, o.cap);
     let qb = create(b, QpType::Rc, o.cap);
     let na = a.dev.query_qp(qa).expect("qp").qp_num;
     let nb = b.dev.query_qp(qb).expect("qp").qp_num;
     let (ava, avb) = (a.av_to(b), b.av_to(a));
-    for (n, q, av, peer, rq, sq) in [(a, qa, ava, nb, o.psn_b, o.psn_a), (b, qb, avb, na, o.psn_a, o.psn_b)] {
+    for (n, q, av, peer, rq, sq, sr) in [(a, qa, ava, nb, o.psn_b, o.psn_a, sr_a), (b, qb, avb, na, o.psn_a, o.psn_b, sr_b)] {
         let (at, m) = init_attr(AccessFlags::ALL);
         n.dev.modify_qp(q, &at, m).expect("INIT");
-        let (at, m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
+        let (mut at, mut m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
+        if sr {
+            at.selective_repeat = true;
+            m = m | QpAttrMask::SELECTIVE_REPEAT;
+        }
         n.dev.modify_qp(q, &at, m).expect("RTR");
         let (at, m) = rts_attr(sq, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
         n.dev.modify_qp(q, &at, m).expect("RTS");

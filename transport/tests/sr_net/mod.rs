@@ -7,10 +7,8 @@
 //! burst at once, which gives loss recovery no RTT to beat and reordering no order to keep.
 #![allow(dead_code)]
 
-use droce_transport::device::rc_connect::{init_attr, rtr_attr, rts_attr};
-use droce_transport::qp::{QpAttrMask, QpHandle, QpInitAttr, QpType};
+use droce_transport::qp::QpHandle;
 use droce_transport::sim::{advance_clock, Node, RcOpts};
-use droce_transport::verbs::AccessFlags;
 use droce_transport::{DeviceConfig, Duration, Instant};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -110,28 +108,7 @@ impl Net {
     /// Connect one RC QP on each node; `sr_a`/`sr_b` set the selective-repeat attribute on
     /// a's and b's QP (both when the peers negotiated it).
     pub fn rc_pair(&mut self, o: RcOpts, sr_a: bool, sr_b: bool) -> (QpHandle, QpHandle) {
-        let mut qps = [QpHandle(0); 2];
-        for (i, n) in [&mut self.a, &mut self.b].into_iter().enumerate() {
-            let init = QpInitAttr { qp_type: QpType::Rc, pd: n.pd, send_cq: n.cq, recv_cq: n.cq, srq: None, cap: o.cap, sq_sig_all: false };
-            qps[i] = n.dev.create_qp(init).expect("create_qp");
-        }
-        let na = self.a.dev.query_qp(qps[0]).expect("qp").qp_num;
-        let nb = self.b.dev.query_qp(qps[1]).expect("qp").qp_num;
-        let (ava, avb) = (self.a.av_to(&self.b), self.b.av_to(&self.a));
-        let sides = [(&mut self.a, qps[0], ava, nb, o.psn_b, o.psn_a, sr_a), (&mut self.b, qps[1], avb, na, o.psn_a, o.psn_b, sr_b)];
-        for (n, q, av, peer, rq, sq, sr) in sides {
-            let (at, m) = init_attr(AccessFlags::ALL);
-            n.dev.modify_qp(q, &at, m).expect("INIT");
-            let (mut at, mut m) = rtr_attr(av, o.mtu, peer, rq, o.max_rd_atomic, o.min_rnr_timer);
-            if sr {
-                at.selective_repeat = true;
-                m = m | QpAttrMask::SELECTIVE_REPEAT;
-            }
-            n.dev.modify_qp(q, &at, m).expect("RTR");
-            let (at, m) = rts_attr(sq, o.timeout, o.retry_cnt, o.rnr_retry, o.max_rd_atomic);
-            n.dev.modify_qp(q, &at, m).expect("RTS");
-        }
-        (qps[0], qps[1])
+        droce_transport::sim::rc_connect_sr(&mut self.a, &mut self.b, o, sr_a, sr_b)
     }
 
     fn next_rand(&mut self) -> u64 {
