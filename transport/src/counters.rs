@@ -65,7 +65,8 @@ counters! {
     rcvd_ghost_response,
     /// CQ overruns.
     cq_overrun,
-    /// Packets retransmitted (any cause).
+    /// Packets retransmitted (any cause), each counted as it leaves: a timeout or NAK that
+    /// sends 16 packets again counts 16 (`completer_retry_err` counts the timeouts).
     retransmitted_pkts,
     /// Frames received with ECN CE (congestion experienced) in the IP header.
     ecn_ce_rcvd,

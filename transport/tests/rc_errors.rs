@@ -218,7 +218,12 @@ fn psn_sequence_error_goes_back_n() {
     p.b.dev.post_recv(qb, RecvWr::new(1).with_sge(MEM_BASE + 0x10000, 8192, lb)).unwrap();
     // Lose the second packet of the 8-packet SEND, once.
     let mut dropped = false;
+    let requests = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let seen = requests.clone();
     p.filter = Some(Box::new(move |to_b, f| {
+        if to_b && opcode_psn(f).is_some() {
+            seen.set(seen.get() + 1);
+        }
         if !dropped && to_b && opcode_psn(f).is_some_and(|(op, _)| op == Opcode::RcSendMiddle) {
             dropped = true;
             return true;
@@ -234,6 +239,8 @@ fn psn_sequence_error_goes_back_n() {
     assert_eq!(p.a.dev.counters().rcvd_seq_err, 1, "one NAK per gap");
     assert!(p.b.dev.counters().out_of_seq_request >= 6);
     assert_eq!(p.a.dev.counters().completer_retry_err, 0, "recovered by the NAK, not the timer");
+    // every packet sent again is counted once, the NAK itself not (it once counted one more)
+    assert_eq!(p.a.dev.counters().retransmitted_pkts, requests.get() - 8, "{} request frames", requests.get());
 }
 
 #[test]
@@ -272,9 +279,12 @@ fn read_response_lost_is_replayed() {
     // Lose the FIRST response packet (the requester sees a gap and re-issues the READ) and
     // then the LAST packet of the replayed stream (the ACK timer re-reads just the tail).
     let (mut lost_first, mut lasts) = (false, 0);
+    let requests = std::rc::Rc::new(std::cell::Cell::new(0u64));
+    let seen = requests.clone();
     p.filter = Some(Box::new(move |to_b, f| {
         let Some((op, _)) = opcode_psn(f) else { return false };
         if to_b {
+            seen.set(seen.get() + 1);
             return false;
         }
         if !lost_first && op == Opcode::RcReadResponseFirst {
@@ -294,6 +304,8 @@ fn read_response_lost_is_replayed() {
     assert_eq!(p.a.dev.memory().slice(MEM_BASE, 5000), &data[..]);
     assert!(p.b.dev.counters().duplicate_request >= 2);
     assert!(p.a.dev.counters().completer_retry_err >= 1);
+    // the READ re-issued after the gap and after the timeout: each counted once as it leaves
+    assert_eq!(p.a.dev.counters().retransmitted_pkts, requests.get() - 1, "{} READ requests", requests.get());
 }
 
 #[test]

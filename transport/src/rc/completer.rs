@@ -117,7 +117,7 @@ pub(crate) fn arm_retransmit(qp: &mut Qp, now: Instant) {
 /// implied ACK, 9.7.5.1.2 / C9-...: coalesced ACKs acknowledge every earlier PSN).
 /// Returns false when an outstanding READ/atomic before `psn` lost its response: the
 /// requester has then been rewound to re-issue it (implied NAK, 9.7.5.1.4).
-fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects, c: &mut Counters) -> bool {
+fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
     while let Some(w) = qp.req.sq.front() {
         if !w.started || w.local_error.is_some() {
             break;
@@ -129,9 +129,8 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects, c: &mut Counters) -> boo
             }
             // The responder got the request but its response never arrived.
             qp.comp.psn = resume;
-            if qp.req.rewind(resume) {
-                c.retransmitted_pkts += 1;
-            }
+            // the packets it resends are counted as they leave (`retransmitted_pkts`)
+            qp.req.rewind(resume);
             return false;
         }
         if psn.is_before(w.last_psn()) {
@@ -168,7 +167,7 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            ack_through(qp, psn, fx, c);
+            ack_through(qp, psn, fx);
             progress(qp, now);
         }
         Response::Nak { psn, kind: NakCode::PsnSequenceError } => {
@@ -177,7 +176,7 @@ pub(crate) fn handle_response<M: Memory>(
                 return;
             }
             let advanced = psn != qp.comp.psn;
-            if advanced && !ack_through(qp, psn - 1, fx, c) {
+            if advanced && !ack_through(qp, psn - 1, fx) {
                 progress(qp, now);
                 return;
             }
@@ -222,9 +221,7 @@ pub(crate) fn handle_response<M: Memory>(
                 qp.comp.retry_left -= 1;
             }
             // 9.7.5.2.1: resend starting with the PSN the responder expects.
-            if qp.req.rewind(psn) {
-                c.retransmitted_pkts += 1;
-            }
+            qp.req.rewind(psn);
             qp.req.on_loss();
             restart_retransmit(qp, now);
         }
@@ -233,7 +230,7 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx, c) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
                 progress(qp, now);
                 return;
             }
@@ -261,7 +258,7 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx, c) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
                 progress(qp, now);
                 return;
             }
@@ -277,7 +274,7 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx, c) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
                 progress(qp, now);
                 return;
             }
@@ -321,13 +318,12 @@ fn read_response<M: Memory>(
     }
     // A READ response implicitly acknowledges every earlier request (9.7.5.1.2).
     if psn != qp.comp.psn {
-        if !ack_through(qp, psn - 1, fx, c) {
+        if !ack_through(qp, psn - 1, fx) {
             // The READ this belongs to is missing earlier responses: go back once per gap.
             let expect = qp.comp.psn;
             if qp.comp.read_gap != Some(expect) {
                 qp.comp.read_gap = Some(expect);
                 qp.req.rewind(expect);
-                c.retransmitted_pkts += 1;
             }
             return;
         }
@@ -441,7 +437,6 @@ pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters,
     let psn = qp.comp.psn;
     qp.req.rewind(psn);
     qp.req.on_loss();
-    c.retransmitted_pkts += 1;
     if let Some(d) = ack_timeout_duration(qp.attr.timeout) {
         qp.timers.set(Timer::Retransmit, now + d);
     }
