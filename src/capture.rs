@@ -90,14 +90,8 @@ pub fn eal_failure_line(log: &str, fallback: &str) -> String {
         );
     }
     // a driver's refusal (with EAL's log at debug level, many lines come before it)
-    if let Some(name) = lines.iter().find_map(|l| l.split("failed to initialize ").nth(1)?.strip_suffix(" device")) {
-        if let Some(why) = vdev_failure_reason(log, name) {
-            return format!(
-                "virtual device '{name}' was not created: {}; check its key=value arguments \
-                 (e.g. --vdev=net_memif0,role=server,socket=/tmp/memif.sock, --vdev=net_ring0)",
-                why.trim_end_matches('.')
-            );
-        }
+    if let Some(line) = lines.iter().find_map(|l| l.split("failed to initialize ").nth(1)?.strip_suffix(" device")).and_then(|name| vdev_refused(log, name)) {
+        return line;
     }
     if let Some(l) = find("Cannot create lock").or_else(|| find("Is another primary process running")) {
         return format!("EAL files are in use by another process ({l}); give this process its own --file-prefix=NAME");
@@ -163,6 +157,17 @@ pub fn memif_socket_in_use(log: &str) -> Option<String> {
     Some(format!(
         "a memif server could not create its socket ({l}); another server listens on it (droce removes a \
          socket file only when nothing listens on it): stop that server or give socket=PATH another path"
+    ))
+}
+
+/// The one line for vdev `name` that its driver refused, with the driver's own reason, if
+/// EAL's log has one.
+pub fn vdev_refused(log: &str, name: &str) -> Option<String> {
+    let why = vdev_failure_reason(log, name)?;
+    Some(format!(
+        "virtual device '{name}' was not created: {}; check its key=value arguments \
+         (e.g. --vdev=net_memif0,role=server,socket=/tmp/memif.sock, --vdev=net_ring0)",
+        why.trim_end_matches('.')
     ))
 }
 

@@ -118,13 +118,8 @@ impl App {
             Err(dpdk::Error::VdevNotCreated { .. }) if crate::capture::memif_socket_in_use(&log).is_some() => {
                 return Err(crate::capture::memif_socket_in_use(&log).unwrap_or_default());
             }
-            Err(dpdk::Error::VdevNotCreated { name, .. }) if crate::capture::vdev_failure_reason(&log, &name).is_some() => {
-                let why = crate::capture::vdev_failure_reason(&log, &name).unwrap_or_default();
-                let why = why.trim_end_matches('.');
-                return Err(format!(
-                    "virtual device '{name}' was not created: {why}; check its key=value arguments \
-                     (e.g. --vdev=net_memif0,role=server,socket=/tmp/memif.sock, --vdev=net_ring0)"
-                ));
+            Err(dpdk::Error::VdevNotCreated { name, .. }) if crate::capture::vdev_refused(&log, &name).is_some() => {
+                return Err(crate::capture::vdev_refused(&log, &name).unwrap_or_default());
             }
             Err(e) => return Err(e.to_string()),
         };
