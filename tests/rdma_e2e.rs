@@ -495,6 +495,38 @@ fn client_notices_its_server_gone_mid_test() {
     }
 }
 
+/// Sides that disagree on `-n`: a send_bw client with more iterations than its server sends
+/// SENDs the server has no receive for, retried on RNR NAKs for ever (rnr_retry 7, as IBA
+/// says). The server, done with its own, waited for the client's report as long as frames
+/// kept coming (20-40 s until an outer timeout killed it); now RNR-NAKed frames are no sign
+/// of progress: it ends within its `--timeout` and says why, and the client follows.
+#[test]
+fn send_bw_client_with_more_iterations_ends_within_the_timeout() {
+    let _g = serial();
+    for progress in ["", " --progress=thread"] {
+        let m = Memif::new();
+        let port = free_port();
+        let common = format!("--test=send_bw -s 1024 -p {port} --timeout 5 -u 17{progress}");
+        let s = spawn(None, 0, &m.vdev(true), &v(&format!("{common} -n 100")));
+        m.wait_server();
+        let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} -n 1000 127.0.0.1")));
+        assert!(s.wait_for("remote address", Duration::from_secs(20)), "server never connected:\n{}", s.output());
+        let t0 = Instant::now();
+        // --timeout 5 from the last message, plus a loaded host's slack
+        let noticed = s.wait_for("droce-pmd: error:", Duration::from_secs(20));
+        let took = t0.elapsed();
+        let s = s.finish();
+        let client_done = c.wait_for("droce-pmd: error:", Duration::from_secs(10));
+        let c = c.finish();
+        assert!(noticed, "{progress}: server still waiting {took:?} after the start:\n{}\n--- client:\n{}", s.out, c.out);
+        assert_eq!(s.code, Some(1), "{progress}: {}", s.out);
+        assert!(s.out.contains("timed out after 5s") && s.out.contains("RNR NAK") && s.out.contains("larger -n"), "{progress}: unclear message:\n{}", s.out);
+        assert!(counter(&s.out, "send_rnr_err") > 0, "{progress}: no RNR NAK sent:\n{}", s.out);
+        assert!(client_done && c.code == Some(1), "{progress}: client did not end by itself:\n{}", c.out);
+        assert!(c.out.contains("closed the control connection") || c.out.contains("RNR NAK"), "{progress}: unclear message:\n{}", c.out);
+    }
+}
+
 /// With progress on a thread, the frames the thread receives keep the application's bounded
 /// waits alive: a healthy test longer than `--timeout` passes (before, the server's wait for
 /// the client's end of test expired after `--timeout` however busy the link was).

@@ -295,6 +295,33 @@ impl Dev {
         verb("write_mem", self.with(|d| d.write_mem(addr, data))?)
     }
 
+    /// Why a wait bounded by `--timeout` saw its peer move nothing on, for its error (after a
+    /// tenth of a second more of polling, to see what still arrives): the peer is there but
+    /// its SENDs or this side's meet no receive (RNR NAKs, which rnr_retry 7 repeats for ever:
+    /// the two sides ran different `-n`), else the peer may be gone.
+    pub fn stall_cause(&mut self) -> &'static str {
+        fn rnr(d: &mut Dev) -> (u64, u64) {
+            d.with(|rt| {
+                let c = rt.dev().device().counters();
+                (c.send_rnr_err, c.rcvd_rnr_err)
+            })
+            .unwrap_or((0, 0))
+        }
+        let (sent, rcvd) = rnr(self);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(100) {
+            self.progress();
+        }
+        let (sent2, rcvd2) = rnr(self);
+        if sent2 > sent {
+            " (the peer is alive but keeps sending SENDs this side has no receive posted for, answered with RNR NAKs: did it run more iterations, a larger -n, than this side?)"
+        } else if rcvd2 > rcvd {
+            " (the peer is alive but answers every SEND with an RNR NAK, having no receive posted: did it run fewer iterations, a smaller -n, than this side?)"
+        } else {
+            " (peer gone?)"
+        }
+    }
+
     /// Polls `cq` (keeping the device going) until one completion, or `timeout` without any
     /// device activity.
     pub fn wait_wc(&mut self, cq: CqHandle, timeout: Duration, what: &str) -> R<WorkCompletion> {
@@ -307,7 +334,7 @@ impl Dev {
                 return Ok(wc);
             }
             if last.expired() {
-                return Err(format!("timed out after {timeout:?} waiting for {what} (peer gone?)"));
+                return Err(format!("timed out after {timeout:?} waiting for {what}{}", self.stall_cause()));
             }
         }
     }
@@ -477,7 +504,7 @@ impl Ctrl {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if last.elapsed() > self.timeout {
-                        return Err(format!("timed out after {:?} waiting for {what} from the peer", self.timeout));
+                        return Err(format!("timed out after {:?} waiting for {what} from the peer{}", self.timeout, dev.stall_cause()));
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}

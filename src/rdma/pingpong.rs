@@ -177,7 +177,7 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             }
         }
         if last.expired() {
-            return Err(format!("timed out after {:?} at {side}: {scnt} sent, {rcnt} received (peer gone?)", o.timeout));
+            return Err(format!("timed out after {:?} at {side}: {scnt} sent, {rcnt} received{}", o.timeout, dv.stall_cause()));
         }
     }
     let secs = start.elapsed().as_secs_f64();

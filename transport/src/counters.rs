@@ -93,3 +93,17 @@ counters! {
     /// repaired (the packet is sent alone again; no retry is counted).
     sr_reminders,
 }
+
+impl Counters {
+    /// Received packets that moved a QP on: `rcvd_pkts` less those that left every QP as it
+    /// was (duplicate and out-of-sequence requests, unless selective repeat kept them for
+    /// their turn; RNR NAKs sent and received; responses to nothing outstanding). A peer that
+    /// only repeats itself is alive, but its test goes nowhere: a waiter bounded by a timeout
+    /// takes only these as the peer's progress. (A send_bw client with a larger `-n` than its
+    /// server's retries its next SEND on RNR NAKs for ever, as IBA's rnr_retry 7 says; the
+    /// server, counting every frame as life, never ended its wait for the report.)
+    pub fn forward_pkts(&self) -> u64 {
+        let repeats = [self.duplicate_request, self.out_of_seq_request.wrapping_sub(self.sr_held), self.send_rnr_err, self.rcvd_rnr_err, self.rcvd_ghost_response];
+        repeats.iter().fold(self.rcvd_pkts, |n, r| n.wrapping_sub(*r))
+    }
+}

@@ -87,12 +87,20 @@ fn rnr_retry_7_is_infinite() {
     let mut p = Pair::new(LinkConfig::PERFECT, 4, MEM);
     let (qa, qb) = p.rc_pair(RcOpts { rnr_retry: 7, min_rnr_timer: 1, ..RcOpts::default() });
     let (la, lb) = (p.a.mr.lkey, p.b.mr.lkey);
-    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 9, la)).unwrap();
+    // several packets: after each RNR NAK the rest of the message arrives out of sequence
+    p.a.dev.post_send(qa, SendWr::new(1, SendOpcode::Send).with_sge(MEM_BASE, 5000, la)).unwrap();
+    assert!(p.run_until(1_000_000, |p| p.b.dev.counters().send_rnr_err >= 3));
+    let (fa, fb, rb) = (p.a.dev.counters().forward_pkts(), p.b.dev.counters().forward_pkts(), p.b.dev.counters().rcvd_pkts);
     assert!(p.run_until(1_000_000, |p| p.b.dev.counters().send_rnr_err >= 200));
     assert!(drain(&mut p, false).is_empty());
-    p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(MEM_BASE + 0x1000, 64, lb)).unwrap();
+    // a peer that only repeats itself moves nothing on (what a timeout-bounded wait counts)
+    let (ca, cb) = (p.a.dev.counters(), p.b.dev.counters());
+    assert!(cb.rcvd_pkts > rb + 400 && cb.out_of_seq_request > 0, "{cb:?}");
+    assert_eq!((ca.forward_pkts(), cb.forward_pkts()), (fa, fb), "{ca:?}\n{cb:?}");
+    p.b.dev.post_recv(qb, RecvWr::new(9).with_sge(MEM_BASE + 0x10000, 8192, lb)).unwrap();
     assert!(p.run_until(100_000, |p| !p.a.dev.cq(p.a.cq).unwrap().is_empty()));
     assert_eq!(drain(&mut p, false)[0].status, WcStatus::Success);
+    assert!(p.b.dev.counters().forward_pkts() > fb && p.a.dev.counters().forward_pkts() > fa);
 }
 
 /// Each violation: a WRITE (or READ/atomic) that the responder refuses with a NAK; the

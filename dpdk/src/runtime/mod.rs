@@ -152,7 +152,7 @@ pub struct Runtime {
     cm: CmAgent,
     /// `progress_datapath` calls since the CM agent was last polled.
     cm_skipped: u32,
-    /// `rcvd_pkts` at the last [`received_since_last_look`](Self::received_since_last_look).
+    /// `forward_pkts` at the last [`received_since_last_look`](Self::received_since_last_look).
     rx_looked: u64,
     dev: RoceDevice,
     /// Held for its `Drop`.
@@ -480,24 +480,28 @@ impl Runtime {
 
     /// [`progress_datapath`](Self::progress_datapath) for a caller that bounds how long it
     /// waits for its peer: true only if a RoCE packet reached one of this device's QPs (an RC
-    /// QP's only from its peer; the transport's `rcvd_pkts`). This side's own timers and
+    /// QP's only from its peer) and moved it on (the transport's
+    /// [`forward_pkts`](droce_transport::counters::Counters::forward_pkts): not a duplicate, a dropped
+    /// out-of-sequence packet or an RNR NAK either way; a send_bw client whose `-n` exceeded
+    /// its server's kept the server's wait for the report alive for ever with SENDs retried
+    /// on RNR NAKs). This side's own timers and
     /// frames are no sign of the peer: a selective-repeat responder reminds its peer of an
     /// open gap for as long as the gap stays open, so a wait that counted every busy round as
     /// life never ended once the peer had gone in the middle of a lossy transfer. Nor are
     /// other frames on the wire: an rc_pingpong server whose client had failed waited forever
     /// on a port that kept receiving unrelated frames (net_null's, a busy LAN's).
     pub fn progress_datapath_rx(&mut self) -> bool {
-        let before = self.dev.device().counters().rcvd_pkts;
+        let before = self.dev.device().counters().forward_pkts();
         self.datapath_round();
-        self.dev.device().counters().rcvd_pkts != before
+        self.dev.device().counters().forward_pkts() != before
     }
 
-    /// Whether RoCE packets reached this device's QPs since the last call (as
+    /// Whether RoCE packets moved this device's QPs on since the last call (as
     /// [`progress_datapath_rx`](Self::progress_datapath_rx) counts them), by any poll (a
     /// progress thread's too): with progress on a thread, an application's bounded waits take
     /// this as the peer's activity, as they take a manual poll's.
     pub fn received_since_last_look(&mut self) -> bool {
-        let n = self.dev.device().counters().rcvd_pkts;
+        let n = self.dev.device().counters().forward_pkts();
         let seen = n != self.rx_looked;
         self.rx_looked = n;
         seen

@@ -85,7 +85,7 @@ pub(super) fn bw_client(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<(report
             return Err(format!("the server closed the control connection after {completed} of {total} completions: it exited or failed"));
         }
         if last.expired() {
-            return Err(format!("timed out after {:?} at client: {completed} of {total} completions (peer gone?)", r.o.timeout));
+            return Err(format!("timed out after {:?} at client: {completed} of {total} completions{}", r.o.timeout, dv.stall_cause()));
         }
     }
     let secs = tsc_secs(t0, droce_dpdk::rdtsc());
@@ -176,8 +176,9 @@ pub(super) fn send_bw_server(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl) -> R<re
         }
         if last.expired() {
             return Err(format!(
-                "timed out after {:?} at server: received {completed} of {total} messages (peer gone?)",
-                r.o.timeout
+                "timed out after {:?} at server: received {completed} of {total} messages{}",
+                r.o.timeout,
+                dv.stall_cause()
             ));
         }
     }
@@ -268,7 +269,7 @@ pub(super) fn send_lat(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl, client: bool)
                 return Err(format!("{}: the peer closed the control connection in iteration {i}: it exited or failed", r.side));
             }
             if last.expired() {
-                return Err(format!("timed out after {:?} at {} in iteration {i} (peer gone?)", r.o.timeout, r.side));
+                return Err(format!("timed out after {:?} at {} in iteration {i}{}", r.o.timeout, r.side, dv.stall_cause()));
             }
         }
         if !client {
@@ -356,7 +357,7 @@ pub(super) fn write_lat(r: &mut Run, dv: &mut Dev, ctrl: &mut Ctrl, client: bool
                 return Err(format!("the peer closed the control connection before WRITE {i}: it exited or failed"));
             }
             if last.expired() {
-                return Err(format!("timed out after {:?} at {} waiting for WRITE {i} (peer gone?)", r.o.timeout, r.side));
+                return Err(format!("timed out after {:?} at {} waiting for WRITE {i}{}", r.o.timeout, r.side, dv.stall_cause()));
             }
         }
         if r.o.verify {
