@@ -36,6 +36,11 @@ struct Node {
     delivered: u64,
     failed: bool,
     fast: bool,
+    /// Datagrams that left the send queue (first copies and retransmissions; not the
+    /// acknowledgement-only ones), lost or not.
+    data_frames: u64,
+    /// [`Node::data_frames`] sent while the other node was not running.
+    data_frames_peer_away: u64,
 }
 
 impl Node {
@@ -55,6 +60,8 @@ impl Node {
             delivered: 0,
             failed: false,
             fast: false,
+            data_frames: 0,
+            data_frames_peer_away: 0,
         }
     }
 
@@ -81,6 +88,7 @@ impl Node {
     /// The send queue goes on the wire; each datagram's local completion follows.
     fn transmit(&mut self, now: Instant, wire: &mut Vec<Frame>, rng: &mut Rng, cut: bool) {
         while let Some((slot, hdr, msg)) = self.sq.pop_front() {
+            self.data_frames += slot.is_some() as u64;
             if !cut && !rng.per_mille(100) {
                 let at = now + Duration::from_micros(rng.next() % 400);
                 wire.push(Frame { hdr, msg, at });
@@ -155,7 +163,19 @@ impl Node {
 /// Runs both nodes until both sent and completed `total` messages (or `max_steps`); returns
 /// the nodes and what each delivered.
 fn run(seed: u64, total: u64, cut_after: Option<u64>, max_steps: u64) -> ([Node; 2], [Vec<u64>; 2], Instant) {
-    let cfg = Config { retransmit_timeout: Duration::from_millis(2), fail_after: Duration::from_millis(200), window: 64, max_channels: 8 };
+    let cfg = Config {
+        retransmit_timeout: Duration::from_millis(2),
+        max_retransmit_timeout: Duration::from_millis(16),
+        fail_after: Duration::from_millis(200),
+        window: 64,
+        max_channels: 8,
+    };
+    run_with(cfg, seed, total, cut_after, None, max_steps)
+}
+
+/// [`run`] with node 2 not running at all during `pause` (steps: it neither sends, nor checks
+/// its timers, nor receives; what reaches it waits, as in a receive ring).
+fn run_with(cfg: Config, seed: u64, total: u64, cut_after: Option<u64>, pause: Option<core::ops::Range<u64>>, max_steps: u64) -> ([Node; 2], [Vec<u64>; 2], Instant) {
     let mut nodes = [Node::new(1, cfg), Node::new(2, cfg)];
     let mut wires: [Vec<Frame>; 2] = [Vec::new(), Vec::new()];
     let mut logs: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
@@ -163,15 +183,26 @@ fn run(seed: u64, total: u64, cut_after: Option<u64>, max_steps: u64) -> ([Node;
     let mut now = Instant::ZERO;
     for step in 0..max_steps {
         let cut = cut_after.is_some_and(|c| step >= c);
+        let paused = pause.as_ref().is_some_and(|p| p.contains(&step));
+        let sent_before = nodes[0].data_frames;
         for i in 0..2 {
+            if i == 1 && paused {
+                continue;
+            }
             let n = &mut nodes[i];
             n.send(total);
             n.timers(now, step % 8 == 0);
             n.lone_acks();
             n.transmit(now, &mut wires[i], &mut rng, cut);
         }
+        if paused {
+            nodes[0].data_frames_peer_away += nodes[0].data_frames - sent_before;
+        }
         now = now + STEP;
         for i in 0..2 {
+            if i == 1 && paused {
+                continue;
+            }
             // frames due by now, in arrival order (the random delays reorder them)
             let w = &mut wires[1 - i];
             w.sort_by_key(|f| std::cmp::Reverse(f.at));
@@ -218,6 +249,34 @@ fn a_cut_link_fails_both_senders_after_fail_after() {
     // the cut is at 10 ms; giving up takes 200 ms without progress, checked every 2 ms timer
     let t = now.as_nanos() / 1_000_000;
     assert!((200..260).contains(&t), "gave up at {t} ms");
+}
+
+/// Node 2 stops running for 150 ms (less than fail_after) in the middle of a stream: node 1
+/// sends its window again once, then probes with the oldest datagram at backed-off timeouts
+/// (2, 4, 8, 16, 16 ... ms), and the stream completes when node 2 is back. With a fixed
+/// timeout it sent its whole window (16 slots) every 2 ms: about 1200 datagrams into a peer
+/// that was not reading.
+#[test]
+fn a_peer_that_stops_running_is_probed_not_flooded() {
+    let cfg = Config {
+        retransmit_timeout: Duration::from_millis(2),
+        max_retransmit_timeout: Duration::from_millis(16),
+        fail_after: Duration::from_millis(200),
+        window: 64,
+        max_channels: 8,
+    };
+    let total = 2000;
+    // 50 us steps: the pause is 10 ms to 160 ms
+    let (pause_from, pause_to) = (200, 3200);
+    let (nodes, logs, _) = run_with(cfg, 3, total, None, Some(pause_from..pause_to), 2_000_000);
+    let during = nodes[0].data_frames_peer_away;
+    for (n, log) in nodes.iter().zip(&logs) {
+        assert!(!n.failed, "no endpoint fails: the pause is shorter than fail_after");
+        assert!(log.iter().copied().eq(0..total), "everything delivered once, in order");
+        assert_eq!(n.completed, total);
+    }
+    // one window (16) again, then probes every 2, 4, 8, 16, 16, ... ms: about 27 in 150 ms
+    assert!((16..=16 + 150 / 2).contains(&during), "node 1 sent {during} datagrams to a peer away for 150 ms");
 }
 
 /// Reliable UD on two simulated devices (`droce_transport::sim`): the reliability header rides
@@ -414,7 +473,13 @@ mod on_sim {
             bit_flip: 0.03,
             delay: Duration::from_micros(2),
         };
-        let cfg = Config { retransmit_timeout: Duration::from_micros(300), fail_after: Duration::from_millis(500), window: SLOTS as usize, max_channels: 4 };
+        let cfg = Config {
+            retransmit_timeout: Duration::from_micros(300),
+            max_retransmit_timeout: Duration::from_millis(5),
+            fail_after: Duration::from_millis(500),
+            window: SLOTS as usize,
+            max_channels: 4,
+        };
         let total = 3000;
         for seed in [3u64, 0xc0ffee] {
             let mut p = Pair::new(link, seed, MEM);

@@ -10,6 +10,14 @@
 //! acknowledgements (the peer saw a gap); with no acknowledgement making progress for
 //! [`Config::fail_after`] the endpoint fails, as an RC QP does after its retries.
 //!
+//! Retransmission backs off: after a timeout's go-back-N round goes unanswered, each further
+//! timeout doubles (up to [`Config::max_retransmit_timeout`]) and sends only the oldest
+//! unacknowledged datagram, as a probe. A peer that does not answer is usually not losing
+//! frames but not running (descheduled on a loaded machine, or its application away from
+//! progress): resending the whole window every period only piles duplicates into its receive
+//! ring, which it must wade through when it is back (a silent peer cost 165 k resends in 4 s
+//! with a 256-datagram window). One answered probe is progress, and the timer starts over.
+//!
 //! Sans-IO: the frontend owns the buffers and the UD QP; a datagram is named by a token of its
 //! choice (a send slot), time comes in as `now`, and what to send again, what completed and what
 //! failed come back as data. A datagram is done when the peer acknowledged it *and* its last
@@ -140,6 +148,9 @@ impl Header {
 pub struct Config {
     /// Unacknowledged datagrams are sent again after this long.
     pub retransmit_timeout: Duration,
+    /// The longest the retransmission timeout grows to while the peer does not answer (it
+    /// doubles at each unanswered retransmission).
+    pub max_retransmit_timeout: Duration,
     /// An endpoint whose datagrams saw no acknowledgement making progress for this long fails.
     pub fail_after: Duration,
     /// Datagrams a sender keeps at most (sent and not done).
@@ -153,7 +164,15 @@ impl Default for Config {
     fn default() -> Config {
         // RC's default gives up after about 4 s (7 retries of 0.54 s); 5 ms is a few hundred
         // round trips of a software RoCE pair, long enough not to resend what is merely late.
-        Config { retransmit_timeout: Duration::from_millis(5), fail_after: Duration::from_millis(4000), window: 4096, max_channels: 65536 }
+        // Backed off up to 160 ms: a peer back from a long stall is probed within 160 ms, and a
+        // silent one costs about 25 probes until fail_after rather than a window every 5 ms.
+        Config {
+            retransmit_timeout: Duration::from_millis(5),
+            max_retransmit_timeout: Duration::from_millis(160),
+            fail_after: Duration::from_millis(4000),
+            window: 4096,
+            max_channels: 65536,
+        }
     }
 }
 
@@ -166,7 +185,8 @@ pub struct WindowFull;
 pub enum TimerAction {
     /// Nothing is due.
     Idle,
-    /// Send again the datagrams put in `out` (and report each with [`Sender::requeued`]).
+    /// Send again the datagrams put in `out` (and report each with [`Sender::requeued`]): every
+    /// unacknowledged one, or after an unanswered retransmission only the oldest (a probe).
     Retransmit,
     /// The endpoint failed: the datagrams put in `out` are over; those still in the send queue
     /// end at their [`Sender::on_sent`].
@@ -207,6 +227,9 @@ pub struct Sender<T> {
     /// A fast retransmission was made since the last acknowledgement making progress (at most
     /// one per timeout period).
     fast_done: bool,
+    /// Timer retransmissions since the last acknowledgement making progress: the next timeout
+    /// is `retransmit_timeout << backoff` (capped), and from the first on only a probe goes.
+    backoff: u8,
     failed: bool,
 }
 
@@ -224,6 +247,7 @@ impl<T: Copy + PartialEq> Sender<T> {
             dup_acks: 0,
             fast_due: false,
             fast_done: false,
+            backoff: 0,
             failed: false,
         }
     }
@@ -321,6 +345,7 @@ impl<T: Copy + PartialEq> Sender<T> {
             self.retx_at = None;
             self.dup_acks = 0;
             self.fast_done = false;
+            self.backoff = 0;
             return false;
         }
         let front = self.out.iter().find(|d| !d.acked).map(|d| d.seq);
@@ -392,10 +417,19 @@ impl<T: Copy + PartialEq> Sender<T> {
         });
     }
 
+    /// The retransmission timeout after `backoff` unanswered retransmissions.
+    fn timeout(&self) -> Duration {
+        let base = self.cfg.retransmit_timeout.as_nanos();
+        let cap = self.cfg.max_retransmit_timeout.as_nanos().max(base);
+        Duration::from_nanos(base.saturating_mul(1 << self.backoff.min(32)).min(cap))
+    }
+
     /// A timer check at `now`. The first check that sees unacknowledged datagrams arms the
     /// timer; a due timer (or a due fast retransmission) puts the unacknowledged datagrams with
-    /// no copy in the send queue into `out` to send again, or fails the endpoint when nothing
-    /// was acknowledged for [`Config::fail_after`] of checks. A gap between two checks longer
+    /// no copy in the send queue into `out` to send again (a due timer after an unanswered one:
+    /// only the oldest, and the next timeout is twice as long, up to
+    /// [`Config::max_retransmit_timeout`]), or fails the endpoint when nothing was
+    /// acknowledged for [`Config::fail_after`] of checks. A gap between two checks longer
     /// than [`Config::retransmit_timeout`] is left out of that time: the sender's own thread
     /// did not run (descheduled on a loaded machine, or the application away from progress), so
     /// it neither sent again nor read the acknowledgements waiting for it, and the peer had no
@@ -425,8 +459,20 @@ impl<T: Copy + PartialEq> Sender<T> {
             self.fail(out);
             return TimerAction::Fail;
         }
-        out.extend(self.out.iter().filter(|d| !d.acked && !d.queued).map(|d| d.token));
-        self.retx_at = Some(now + self.cfg.retransmit_timeout);
+        if fast || self.backoff == 0 {
+            // go-back-N: the peer answers (a fast retransmission: it saw a gap), or this is
+            // the first timeout since it last did (a lost datagram, or its acknowledgement)
+            out.extend(self.out.iter().filter(|d| !d.acked && !d.queued).map(|d| d.token));
+        } else {
+            // the previous round went unanswered: the peer is more likely away than losing
+            // every frame; the oldest datagram alone asks whether it is back (its answer is
+            // progress, and the rest goes at the next, un-backed-off timeout)
+            out.extend(self.out.iter().find(|d| !d.acked).filter(|d| !d.queued).map(|d| d.token));
+        }
+        if !fast {
+            self.backoff = self.backoff.saturating_add(1);
+        }
+        self.retx_at = Some(now + self.timeout());
         TimerAction::Retransmit
     }
 }
@@ -535,7 +581,13 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn cfg() -> Config {
-        Config { retransmit_timeout: Duration::from_millis(5), fail_after: Duration::from_millis(40), window: 8, max_channels: 4 }
+        Config {
+            retransmit_timeout: Duration::from_millis(5),
+            max_retransmit_timeout: Duration::from_millis(20),
+            fail_after: Duration::from_millis(40),
+            window: 8,
+            max_channels: 4,
+        }
     }
     fn peer(n: u8) -> Peer {
         Peer { gid: Gid([n; 16]), qpn: Qpn::new(0x11 + n as u32) }
@@ -671,13 +723,13 @@ mod tests {
         assert_eq!(out, [1], "2 is still in the send queue");
         s.requeued(1);
         assert!(s.is_queued(1));
-        assert_eq!(s.poll_timeout(), Some(Instant(11 * MS)));
+        assert_eq!(s.poll_timeout(), Some(Instant(16 * MS)), "unanswered: the next timeout is twice as long");
         // an acknowledgement making progress disarms it
         s.on_sent(1);
         s.on_sent(2);
         s.on_ack(Seq(0), &mut out);
         assert_eq!(s.handle_timeout(Instant(11 * MS), &mut Vec::new()), TimerAction::Idle, "re-armed from scratch");
-        assert_eq!(s.poll_timeout(), Some(Instant(16 * MS)));
+        assert_eq!(s.poll_timeout(), Some(Instant(16 * MS)), "and no longer backed off");
     }
 
     #[test]
@@ -730,7 +782,8 @@ mod tests {
             t += MS;
         }
         assert_eq!(action, TimerAction::Fail);
-        assert!((40 * MS..50 * MS).contains(&t), "gave up at {t}");
+        // at the first due timer past fail_after: at most one backed-off period (20 ms) later
+        assert!((40 * MS..=60 * MS).contains(&t), "gave up at {t}");
         assert_eq!(out, [1], "over now; 2 ends at its local completion");
         assert!(s.is_failed() && !s.needs_timer());
         assert!(s.on_sent(2));
@@ -777,6 +830,74 @@ mod tests {
         };
         assert_eq!(action, TimerAction::Fail);
         assert!((back + 30 * MS..back + 45 * MS).contains(&t), "gave up {} ms after coming back", (t - back) / MS);
+    }
+
+    /// A peer that does not answer for a long time (descheduled, or its application away from
+    /// progress) gets the window once, then one probe per backed-off timeout: 8 + 101
+    /// datagrams in 2 s here (with a fixed timeout: the whole window every 5 ms, 3200).
+    #[test]
+    fn a_silent_peer_gets_one_window_then_backed_off_probes() {
+        let mut s = Sender::new(EndpointKey::new(3, 1), Config { fail_after: Duration::from_millis(4000), ..cfg() });
+        for t in 0..8 {
+            s.push(t).unwrap();
+            s.on_sent(t);
+        }
+        let mut out = Vec::new();
+        let (mut resent, mut rounds, mut last_round) = (0, Vec::new(), 0);
+        for ms in 0..=2000 {
+            out.clear();
+            let a = s.handle_timeout(Instant(ms * MS), &mut out);
+            assert_ne!(a, TimerAction::Fail, "2 s is short of fail_after");
+            if a == TimerAction::Retransmit {
+                rounds.push((ms - last_round, out.len()));
+                last_round = ms;
+            }
+            resent += out.len();
+            for &tok in &out {
+                s.requeued(tok);
+                s.on_sent(tok);
+            }
+        }
+        assert_eq!(rounds[0], (5, 8), "the first timeout resends the whole window");
+        assert_eq!(rounds[1..5], [(10, 1), (20, 1), (20, 1), (20, 1)], "then the oldest alone, backed off up to 20 ms");
+        assert!(rounds.iter().all(|r| r.0 <= 20), "never longer than max_retransmit_timeout: {rounds:?}");
+        assert!(resent <= 8 + 2000 / 20 + 1, "{resent} datagrams sent again to a silent peer in 2 s");
+        assert_eq!(out, [], "the last check sent nothing");
+        // the peer answers the probe: the timer starts over, and the first timeout resends all
+        // that is still unacknowledged
+        let mut done = Vec::new();
+        s.on_ack(Seq(0), &mut done);
+        assert_eq!(done, [0]);
+        assert_eq!(s.handle_timeout(Instant(2001 * MS), &mut out), TimerAction::Idle, "armed");
+        assert_eq!(s.handle_timeout(Instant(2006 * MS), &mut out), TimerAction::Retransmit);
+        assert_eq!(out, [1, 2, 3, 4, 5, 6, 7]);
+    }
+
+    /// A fast retransmission (the peer answers: it saw a gap) is go-back-N and does not back
+    /// the timer off, even after unanswered timeouts.
+    #[test]
+    fn fast_retransmission_resends_everything_without_backing_off() {
+        let mut s = sender();
+        for t in 0..4 {
+            s.push(t).unwrap();
+            s.on_sent(t);
+        }
+        let mut out = Vec::new();
+        s.handle_timeout(Instant(0), &mut out);
+        assert_eq!(s.handle_timeout(Instant(5 * MS), &mut out), TimerAction::Retransmit);
+        for &t in &out {
+            s.requeued(t);
+            s.on_sent(t);
+        }
+        out.clear();
+        assert_eq!(s.poll_timeout(), Some(Instant(15 * MS)));
+        let mut done = Vec::new();
+        s.on_ack(Seq(0), &mut done);
+        s.on_ack(Seq(0), &mut done);
+        assert!(s.on_ack(Seq(0), &mut done));
+        assert_eq!(s.handle_timeout(Instant(6 * MS), &mut out), TimerAction::Retransmit);
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(s.poll_timeout(), Some(Instant(11 * MS)), "progress reset the back-off; the fast round kept it");
     }
 
     #[test]
