@@ -609,7 +609,9 @@ fn memif_client_retries_until_its_server_listens() {
     let _g = serial();
     let m = Memif::new();
     let sock = m.dir.join("m.sock");
-    std::fs::write(&sock, b"").unwrap();
+    // the socket file of a server that is gone (bound, then closed: connect is refused)
+    let stale = || drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    stale();
     let port = free_port();
     let args = format!("--test=send_bw -s 1024 -n 100 --verify -p {port} --timeout 15");
     let c = spawn(None, 1, &m.vdev(false), &v(&format!("{args} 127.0.0.1")));
@@ -621,12 +623,38 @@ fn memif_client_retries_until_its_server_listens() {
     assert_eq!((c.code, s.code), (Some(0), Some(0)), "client:\n{}\n--- server:\n{}", c.out, s.out);
     assert!(s.out.contains("verified"), "{}", s.out);
 
-    std::fs::write(&sock, b"").unwrap();
+    stale();
     let t0 = Instant::now();
     let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 2 127.0.0.1")).finish();
     assert_eq!(c.code, Some(1), "{}", c.out);
     assert!(c.out.contains(&format!("could not connect to the memif server on {} within 2s", sock.display())), "{}", c.out);
     assert!(t0.elapsed() < Duration::from_secs(30), "not bounded: {:?}", t0.elapsed());
+}
+
+/// A memif client whose socket path is a directory or a regular file fails at once, naming
+/// it: no server can ever listen there (its bind fails), so waiting `--timeout` for one only
+/// delayed the error (a directory took 20 s of retried connects).
+#[test]
+fn memif_client_on_a_path_no_server_can_use_fails_at_once() {
+    let _g = serial();
+    let m = Memif::new();
+    let sock = m.dir.join("m.sock");
+    for what in ["a directory", "a regular file"] {
+        if what == "a directory" {
+            std::fs::create_dir(&sock).unwrap();
+        } else {
+            std::fs::write(&sock, b"").unwrap();
+        }
+        let t0 = Instant::now();
+        let c = spawn(None, 1, &m.vdev(false), &v("--test=send_lat --timeout 30 127.0.0.1")).finish();
+        let took = t0.elapsed();
+        assert_eq!(c.code, Some(1), "{what}: {}", c.out);
+        let want = format!("{} is {what}, not a memif server's socket: no server can listen there", sock.display());
+        assert!(c.out.contains(&want), "{what}: {}", c.out);
+        // at once: well within the 30 s --timeout, which a retry loop would have waited out
+        assert!(took < Duration::from_secs(20), "{what}: took {took:?}");
+        let _ = std::fs::remove_dir(&sock).or_else(|_| std::fs::remove_file(&sock));
+    }
 }
 
 /// A memif client waits `--timeout` in all for its link, counted from its start: a server
