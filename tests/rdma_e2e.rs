@@ -495,6 +495,32 @@ fn client_notices_its_server_gone_mid_test() {
     }
 }
 
+/// A requester whose peer stops draining the memif ring (server SIGSTOPped) fills the ring;
+/// its retransmissions are then never made (the engine gives the transport no room while
+/// frames wait for the PMD), so it ends in RETRY_EXC_ERR with few or no
+/// `retransmitted_pkts`. The engine's `tx_ring_full` shows why.
+#[test]
+fn a_full_tx_ring_is_counted() {
+    let _g = serial();
+    let m = Memif::new();
+    let port = free_port();
+    // -u 14: 8 ACK timeouts of 67 ms end the client well within its --timeout
+    let common = format!("--test=write_bw -s 65536 -n 100000000 -p {port} --timeout 10 -u 14");
+    let mut s = spawn(None, 0, &m.vdev(true), &v(&common));
+    m.wait_server();
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+    assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:
+{}", c.output());
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGSTOP);
+    let c = c.finish();
+    s.kill();
+    let _ = s.finish();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains("RETRY_EXC_ERR"), "{}", c.out);
+    assert!(counter(&c.out, "tx_ring_full") > 0, "the full ring is not shown:\n{}", c.out);
+}
+
 /// With progress on a thread, the frames the thread receives keep the application's bounded
 /// waits alive: a healthy test longer than `--timeout` passes (before, the server's wait for
 /// the client's end of test expired after `--timeout` however busy the link was).
