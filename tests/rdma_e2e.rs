@@ -140,6 +140,11 @@ fn every_perftest_mode_rc_verified() {
         if args.contains("write_bw") || args.contains("atomic_bw") {
             assert!(s.out.contains("Data check at server: OK"), "{}", s.out);
         }
+        // `rdma_sends` counts the RDMA messages the responder executed, one per message
+        // (a 64 KiB WRITE is 64 packets at MTU 1024), not packets
+        if args.contains("write_bw") || args.contains("read_bw") {
+            assert_eq!((counter(&s.out, "rdma_sends"), counter(&c.out, "rdma_sends")), (100, 0), "{}", s.out);
+        }
     }
 }
 
