@@ -95,10 +95,25 @@ pub fn memif_socket_path_problem(path: &str) -> Option<String> {
             ))
         }
     };
-    if !std::path::Path::new(dir).is_dir() {
-        return Some(format!("socket={path}: the directory {dir} does not exist"));
+    if let Some(why) = not_a_directory(std::path::Path::new(dir)) {
+        return Some(format!("socket={path}: {why}"));
     }
     None
+}
+
+/// Why `dir` cannot hold a socket file, if it cannot: "the directory D does not exist", or,
+/// when the path runs into something else on the way (`/tmp/x/afile/s.sock` with `afile` a
+/// regular file), "P is not a directory" for the first such P, which is what the user must
+/// change (saying "does not exist" there sent them looking for a missing directory).
+pub fn not_a_directory(dir: &std::path::Path) -> Option<String> {
+    if dir.is_dir() {
+        return None;
+    }
+    // the longest prefix that exists (following symbolic links, as bind() does)
+    match dir.ancestors().find(|a| !a.as_os_str().is_empty() && a.exists()) {
+        Some(a) if !a.is_dir() => Some(format!("{} is not a directory", a.display())),
+        _ => Some(format!("the directory {} does not exist", dir.display())),
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +128,14 @@ mod memif_path_tests {
             assert!(e.contains("absolute path"), "{e}");
         }
         assert!(p("/no-such-dir-droce/m.sock").is_some_and(|e| e.contains("does not exist")));
+        // a regular file where a directory should be is named, also further up the path
+        let f = std::env::temp_dir().join(format!("droce-afile-{}", std::process::id()));
+        std::fs::write(&f, b"").unwrap();
+        let (a, b) = (format!("{}/s.sock", f.display()), format!("{}/sub/s.sock", f.display()));
+        let (ea, eb) = (p(&a), p(&b));
+        std::fs::remove_file(&f).unwrap();
+        assert_eq!(ea, Some(format!("socket={a}: {} is not a directory", f.display())));
+        assert_eq!(eb, Some(format!("socket={b}: {} is not a directory", f.display())));
         let long = format!("/tmp/{}", "x".repeat(110));
         assert!(p(&long).is_some_and(|e| e.contains("108")));
     }

@@ -133,7 +133,7 @@ pub use dpdk_sys as sys;
 /// Offload capability / enable bits (`RTE_ETH_{RX,TX}_OFFLOAD_*`).
 pub use dpdk_sys::consts as offload;
 
-pub use devargs::vdev_args;
+pub use devargs::{not_a_directory, vdev_args};
 pub use eal::Eal;
 pub use error::{rte_errno, strerror, Error, Result};
 pub use lcore::{

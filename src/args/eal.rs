@@ -198,12 +198,11 @@ fn check_eal_value(shown: &str, name: &str, v: &str) -> Result<(), UsageError> {
                 // memif creates its socket lazily and only logs a failure: check the directory here.
                 let sock = v.split(',').find_map(|kv| kv.strip_prefix("socket=")).unwrap_or("/run/memif.sock");
                 let dir = std::path::Path::new(sock).parent().filter(|d| !d.as_os_str().is_empty());
-                match dir {
-                    Some(d) if !d.is_dir() => Err(usage_err!(
-                        "--vdev '{v}': the socket directory '{}' does not exist; use an existing one, e.g. socket=/tmp/memif.sock",
-                        d.display()
+                match dir.and_then(droce_dpdk::not_a_directory) {
+                    Some(why) => Err(usage_err!(
+                        "--vdev '{v}': bad socket directory: {why}; use an existing one, e.g. socket=/tmp/memif.sock"
                     )),
-                    _ => Ok(()),
+                    None => Ok(()),
                 }
             } else {
                 Ok(())

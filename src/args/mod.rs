@@ -289,12 +289,18 @@ mod tests {
             ("-x", "unknown EAL option '-x'"),
             ("stray", "unexpected EAL argument"),
             ("--proc-type=other", "primary|secondary|auto"),
-            ("--vdev=net_memif0,role=server,socket=/nonexistent/x.sock", "socket directory '/nonexistent' does not exist"),
+            ("--vdev=net_memif0,role=server,socket=/nonexistent/x.sock", "bad socket directory: the directory /nonexistent does not exist"),
         ] {
             let e = err(line);
             assert!(e.contains(want), "{line:?}: {e}");
             assert!(!e.contains('\n'), "{line:?}: {e}");
         }
+        // a regular file on the way is named as what to change, not as a missing directory
+        let f = std::env::temp_dir().join(format!("droce-args-afile-{}", std::process::id()));
+        std::fs::write(&f, b"").unwrap();
+        let e = err(&format!("--vdev=net_memif0,role=server,socket={}/s.sock", f.display()));
+        std::fs::remove_file(&f).unwrap();
+        assert!(e.contains(&format!("bad socket directory: {} is not a directory", f.display())), "{e}");
     }
 
     #[test]

@@ -94,6 +94,39 @@ impl Pmd {
         false
     }
 
+    /// CPU time (user + system) the child has used so far, from /proc/PID/stat; None once it
+    /// has exited.
+    pub fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15
+        let f: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        if f.first() == Some(&"Z") {
+            // exited (not yet reaped): it will use no more
+            return None;
+        }
+        let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf has no preconditions
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Some(Duration::from_millis(ticks * 1000 / hz))
+    }
+
+    /// Waits until the child has run for `cpu` more CPU time than now (a busy-polling process
+    /// makes progress only while it is on a CPU: on a loaded host a wall-clock sleep can pass
+    /// with the child hardly scheduled), until it exits, or until `limit` of wall time; true
+    /// when it has.
+    pub fn wait_cpu(&self, cpu: Duration, limit: Duration) -> bool {
+        let (t0, c0) = (Instant::now(), self.cpu_time().unwrap_or_default());
+        while t0.elapsed() < limit {
+            match self.cpu_time() {
+                Some(c) if c >= c0 + cpu => return true,
+                Some(_) => {}
+                None => return false,
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// SIGKILL to our own child, by PID.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -37,7 +37,13 @@ counters! {
     completer_retry_err,
     /// ACKs the responder deferred (coalesced) instead of sending at once.
     ack_deferred,
-    /// RDMA READ / WRITE / atomic requests executed by the responder.
+    /// RDMA WRITE, READ and atomic messages executed by the responder, one per message
+    /// whatever its packet count: a WRITE when its last packet is placed, a READ or an
+    /// atomic when its request is accepted; a duplicate request, answered from the
+    /// responder's saved resources, is not counted again. So a write_bw or read_bw server
+    /// shows its message count here. Not rxe's meaning of the name: rxe counts as
+    /// `rdma_sends` the SEND work requests its requester completes (`do_complete` in
+    /// rxe_comp.c, SEND / SEND with immediate / SEND with invalidate) and no RDMA operation.
     rdma_sends,
     /// SEND messages delivered to a receive WQE.
     rdma_recvs,

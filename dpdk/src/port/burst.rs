@@ -30,7 +30,10 @@ impl Port {
 
     /// As [`Port::rx_burst`], asking the PMD for at most `max` packets (a burst size smaller
     /// than the batch's capacity, e.g. a run-time `--burst` with a batch sized for the largest).
-    #[inline]
+    /// Out of line with the `frame-profile` feature (with [`Port::tx_burst`]), so that an
+    /// instruction profile shows what droce adds around the PMD's burst.
+    #[cfg_attr(not(feature = "frame-profile"), inline)]
+    #[cfg_attr(feature = "frame-profile", inline(never))]
     pub fn rx_burst_max<const N: usize>(&self, q: QueueId, batch: &mut MbufBatch<N>, max: u16) -> Result<u16> {
         self.check_rxq(q)?;
         let (base, len) = batch.raw_parts();
@@ -43,6 +46,12 @@ impl Port {
         // most their number; DPDK writes at most `room` mbuf pointers whose ownership passes
         // to the batch.
         let n = unsafe { sys::droce_rte_eth_rx_burst(self.id.0, q.0, base.add(len), room) };
+        if n > 0 {
+            if let Some(c) = super::counted::counted(self.id.0) {
+                // SAFETY: the n mbufs DPDK just wrote at base+len are the batch's
+                c.rx(u64::from(n), unsafe { super::counted::bytes(base.add(len), n as usize) });
+            }
+        }
         batch.grow(n as usize);
         Ok(n)
     }
@@ -59,7 +68,8 @@ impl Port {
     }
 
     /// are freed when the batch is dropped). Returns how many were sent.
-    #[inline]
+    #[cfg_attr(not(feature = "frame-profile"), inline)]
+    #[cfg_attr(feature = "frame-profile", inline(never))]
     pub fn tx_burst<const N: usize>(&self, q: QueueId, batch: &mut MbufBatch<N>) -> Result<u16> {
         self.check_txq(q)?;
         let (base, len) = batch.raw_parts();
@@ -67,9 +77,18 @@ impl Port {
             return Ok(0);
         }
         let _use = PortUse::enter();
+        // a counted port's bytes are summed before the burst: the PMD may free what it takes
+        // (memif copies and frees), and the frames it leaves are subtracted after
+        // SAFETY: the first len slots are the batch's valid mbufs
+        let counted = super::counted::counted(self.id.0).map(|c| (c, unsafe { super::counted::bytes(base, len) }));
         // SAFETY: queue checked; the first len slots are owned valid mbufs; the PMD takes
         // ownership of the first `n` it accepts.
         let n = unsafe { sys::droce_rte_eth_tx_burst(self.id.0, q.0, base, len as u16) };
+        if let Some((c, offered)) = counted {
+            // SAFETY: slots n..len are still the batch's
+            let left = unsafe { super::counted::bytes(base.add(n as usize), len - n as usize) };
+            c.tx(u64::from(n), offered - left);
+        }
         batch.consume_front(n as usize);
         Ok(n)
     }

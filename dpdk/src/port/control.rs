@@ -200,7 +200,7 @@ impl Port {
         if r != 0 {
             return Err(Error::from_ret("rte_eth_stats_get", r));
         }
-        Ok(PortStats {
+        let mut out = PortStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
             ibytes: s.ibytes,
@@ -209,7 +209,13 @@ impl Port {
             ierrors: s.ierrors,
             oerrors: s.oerrors,
             rx_nombuf: s.rx_nombuf,
-        })
+        };
+        // net_memif forgets its packet and byte counts when its peer disconnects
+        // (`counted`): droce's own stand in for them
+        if let Some(c) = super::counted::counted(self.id.0) {
+            c.apply(&mut out);
+        }
+        Ok(out)
     }
 
     /// Zeroes the basic counters.
@@ -218,6 +224,9 @@ impl Port {
         let r = unsafe { sys::rte_eth_stats_reset(self.id.0) };
         if r != 0 {
             return Err(Error::from_ret("rte_eth_stats_reset", r));
+        }
+        if let Some(c) = super::counted::counted(self.id.0) {
+            c.reset();
         }
         Ok(())
     }

@@ -530,6 +530,8 @@ impl Port {
         }
         self.nb_rxq = cfg.rx_queues;
         self.nb_txq = cfg.tx_queues;
+        // the queue setup zeroed the PMD's counters: droce's own, where it keeps them, too
+        counted::set(p, self.info().is_ok_and(|i| counted::driver_needs_counting(&i.driver_name)));
         if let Some(on) = cfg.promiscuous {
             self.set_promiscuous(on)?;
         }
@@ -634,3 +636,4 @@ mod tests {
 
 mod burst;
 mod control;
+mod counted;

@@ -42,6 +42,8 @@ pub struct MeshWire {
     last_tx: usize,
     /// Frames dropped because their peer's port was down (or no port had their MAC).
     pub dropped_down: u64,
+    /// TX bursts a port's PMD did not take whole (the engine's `tx_ring_full`).
+    pub ring_full: u64,
 }
 
 impl MeshWire {
@@ -147,6 +149,7 @@ impl MeshWire {
             p.batch.fill_from(&mut p.queue);
             if !p.batch.is_empty() {
                 let _ = p.port.tx_burst(q, &mut p.batch);
+                self.ring_full += u64::from(!p.batch.is_empty());
             }
         }
     }

@@ -267,6 +267,7 @@ impl RoceDevice {
         if !self.tx_batch.is_empty() {
             // Unsent frames stay in the batch (in order) for the next poll.
             let _ = self.port.tx_burst(self.cfg.queue, &mut self.tx_batch);
+            self.counters.tx_ring_full += u64::from(!self.tx_batch.is_empty());
         }
     }
 

@@ -22,6 +22,13 @@ pub struct EngineCounters {
     pub tx_no_route: u64,
     /// Mbuf allocation failures.
     pub tx_nombuf: u64,
+    /// TX bursts the PMD did not take whole: its TX ring was full (a peer that does not
+    /// drain it: stopped, overloaded, gone), or the port could not send at all (net_memif
+    /// takes nothing while its connection is down). The rest wait in the engine's queue and, while
+    /// four bursts wait, the transport is given no room: its frames, retransmissions too,
+    /// are not made at all, so a requester can end in `RETRY_EXC_ERR` with
+    /// `retransmitted_pkts` 0 (its retries never left), and this counter says why.
+    pub tx_ring_full: u64,
     pub pcap_frames: u64,
     pub pcap_errors: u64,
     /// Faults injected, all kinds and directions (details in `faults_rx` / `faults_tx`).
@@ -59,6 +66,7 @@ impl EngineCounters {
             ("neigh_queue_full", self.neigh.queue_full),
             ("tx_no_route", self.tx_no_route),
             ("tx_nombuf", self.tx_nombuf),
+            ("tx_ring_full", self.tx_ring_full),
             ("pcap_frames", self.pcap_frames),
             ("pcap_errors", self.pcap_errors),
             ("injected_faults", self.injected_faults),
@@ -131,7 +139,12 @@ impl RoceDevice {
         RoceStats {
             port: self.port.stats().unwrap_or_default(),
             transport: self.dev.counters().clone(),
-            engine: EngineCounters { gate_waits: gate.waits, gate_wait_max_us: gate.wait_ns_max / 1000, ..self.counters.clone() },
+            engine: EngineCounters {
+                gate_waits: gate.waits,
+                gate_wait_max_us: gate.wait_ns_max / 1000,
+                tx_ring_full: self.counters.tx_ring_full + self.mesh.as_ref().map_or(0, |m| m.ring_full),
+                ..self.counters.clone()
+            },
             faults_rx: self.fault_rx.as_ref().map(|f| f.counters).unwrap_or_default(),
             faults_tx: self.fault_tx.as_ref().map(|f| f.counters).unwrap_or_default(),
         }

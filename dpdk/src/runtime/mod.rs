@@ -354,8 +354,14 @@ impl Runtime {
             let connect_wait = cfg.link_wait.unwrap_or(CLIENT_CONNECT_TIMEOUT);
             if let Some(sock) = &client_sock {
                 // a memif client's start fails while its server is not listening: wait for the
-                // listener
-                while !sock.listening() {
+                // listener (a path no server can listen on fails at once)
+                loop {
+                    if let Some(why) = sock.not_a_socket() {
+                        return Err(RuntimeError::Port(format!("{pname}: {why} ({})", cfg.source)));
+                    }
+                    if sock.listening() {
+                        break;
+                    }
                     if t0.elapsed() > connect_wait {
                         return Err(RuntimeError::Port(format!(
                             "{pname}: no memif server listening on {} within {connect_wait:?}: the link did not come up ({})",

@@ -414,6 +414,28 @@ impl MemifSocket {
         }
     }
 
+    /// Why no memif server can ever listen at this path, if none can: something other than a
+    /// socket is there (a directory, a regular file). A server's bind() fails on it ("exists
+    /// and is not a socket: remove it"), so a client that waited for one would wait its whole
+    /// timeout for nothing.
+    pub(super) fn not_a_socket(&self) -> Option<String> {
+        use std::os::unix::fs::FileTypeExt;
+        if self.abstract_ {
+            return None;
+        }
+        let t = std::fs::metadata(&self.path).ok()?.file_type();
+        let what = if t.is_socket() {
+            return None;
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_file() {
+            "a regular file"
+        } else {
+            "a special file"
+        };
+        Some(format!("{} is {what}, not a memif server's socket: no server can listen there; remove it or give socket=PATH the server's socket", self.path))
+    }
+
     /// Whether a server listens there (abstract: /proc/net/unix of this network namespace;
     /// a path: the socket file exists).
     pub(super) fn listening(&self) -> bool {
