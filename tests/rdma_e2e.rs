@@ -791,6 +791,21 @@ fn mismatches_and_limits_are_named() {
     let (s, c) = pair_with("--test=send_lat -n 100", "-s 64", "-s 128");
     assert_eq!((s.code, c.code), (Some(1), Some(1)), "{}\n---\n{}", s.out, c.out);
     assert!(c.out.contains("this side --test=send_lat -c RC -s 128"), "{}", c.out);
+    // different -q: both sides waited for QP keys or messages until --timeout ("peer gone?")
+    let (s, c) = pair_with("--test=send_bw -n 100", "-q 2", "-q 4");
+    assert_eq!((s.code, c.code), (Some(1), Some(1)), "{}\n---\n{}", s.out, c.out);
+    assert!(s.out.contains("the peer runs -q 4, this side -q 2"), "{}", s.out);
+    assert!(c.out.contains("the peer runs -q 2, this side -q 4"), "{}", c.out);
+    // --verify on one side: a false corruption report (server) or "every byte verified" with
+    // nothing checked (client)
+    for (server, client) in [("--verify", ""), ("", "--verify")] {
+        let (s, c) = pair_with("--test=send_bw -n 100", server, client);
+        assert_eq!((s.code, c.code), (Some(1), Some(1)), "{server}|{client}: {}\n---\n{}", s.out, c.out);
+        for d in [&s, &c] {
+            assert!(d.out.contains("--verify and") && d.out.contains("give both sides --verify or neither"), "{}", d.out);
+            assert!(!d.out.contains("verified"), "{}", d.out);
+        }
+    }
     // a UD message larger than the MTU is cut to it, as perftest does, and it says so
     let (s, c) = ok("--test=send_bw -c UD -s 65536 -n 200");
     assert!(c.out.contains("warning: -c UD -s 65536: a UD message is at most the path MTU; sending 1024-byte messages"), "{}", c.out);

@@ -73,6 +73,37 @@ pub fn version_msg_with_features(mode: PeerMode, f: Features) -> [u8; VERSION_LE
     m
 }
 
+/// The two bytes after the features: the QP count (`-q`) and the data check (`--verify`, bit 0),
+/// which both sides must agree on: with different `-q` the sides waited for each other's QP
+/// keys and messages until `--timeout` ("peer gone?"), and `--verify` on one side only either
+/// reported a corruption that was not there (the sender had not written the pattern) or
+/// printed "every byte verified" with nothing checked. perftest and a droce-pmd from before
+/// these bytes send zeros: not compared.
+const SHAPE_AT: usize = FEATURES_AT + 1;
+
+/// What a test's two sides must have alike beyond the [`PeerMode`] (see `SHAPE_AT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// `-q`, 1..=255 (droce-pmd allows up to 64).
+    pub qps: u8,
+    pub verify: bool,
+}
+
+/// [`version_msg_with_features`] plus the [`Shape`].
+pub fn version_msg_full(mode: PeerMode, f: Features, shape: Shape) -> [u8; VERSION_LEN] {
+    let mut m = version_msg_with_features(mode, f);
+    m[SHAPE_AT] = shape.qps;
+    m[SHAPE_AT + 1] = shape.verify as u8;
+    m
+}
+
+/// The peer's [`Shape`]: `None` for perftest or a droce-pmd that does not send it.
+pub fn parse_shape(m: &[u8]) -> Option<Shape> {
+    parse_mode(m)?;
+    let qps = *m.get(SHAPE_AT).filter(|&&q| q != 0)?;
+    Some(Shape { qps, verify: m.get(SHAPE_AT + 1).copied().unwrap_or(0) & 1 != 0 })
+}
+
 /// The extensions a peer offers: none for perftest or an older droce-pmd.
 pub fn parse_features(m: &[u8]) -> Features {
     if parse_mode(m).is_none() {
@@ -319,6 +350,24 @@ mod tests {
         assert_eq!(parse_features(&p), Features::default());
         let off = parse_features(&version_msg_with_features(mode, Features::default()));
         assert_eq!((sr.common(sr), sr.common(off), off.common(sr)), (sr, off, off));
+    }
+
+    #[test]
+    fn shape_rides_behind_the_features() {
+        let mode = PeerMode { test: 3, ud: false, cmp_swap: false, size: 65536 };
+        let sr = Features { selective_repeat: true };
+        let shape = Shape { qps: 64, verify: true };
+        let m = version_msg_full(mode, sr, shape);
+        assert_eq!(&m[..5], b"6.06\0", "perftest still reads 6.06");
+        assert_eq!((parse_mode(&m), parse_features(&m), parse_shape(&m)), (Some(mode), sr, Some(shape)));
+        let plain = Shape { qps: 1, verify: false };
+        assert_eq!(parse_shape(&version_msg_full(mode, sr, plain)), Some(plain));
+        // perftest and an older droce-pmd: nothing to compare
+        assert_eq!(parse_shape(&version_msg()), None);
+        assert_eq!(parse_shape(&version_msg_with_features(mode, sr)), None);
+        let mut p = version_msg();
+        p[SHAPE_AT] = 2;
+        assert_eq!(parse_shape(&p), None, "perftest's message with a stray byte there is still perftest's");
     }
 
     #[test]

@@ -150,7 +150,7 @@ RDMA tests (perftest 4.5 / ibv_*_pingpong compatible TCP exchange):
   -n ITERS         iterations (default 5000 write/read bw, 1000 otherwise)
   -c RC|UD         connection type (UD: send_* only)
   -m MTU           path MTU 256..4096 (4096: Ethernet MTU 9000, 8 KiB mbufs)
-  -q QPS           number of QPs (default 1)
+  -q QPS           number of QPs, 1-64 (default 1; both sides the same)
   -t DEPTH         TX depth (default 128 bw, 1 lat);  -r DEPTH  RX depth (default 512; 500 pingpong)
   -A OP            atomic op: FETCH_AND_ADD (default) or CMP_AND_SWAP
   -p PORT          TCP port (default 18515)
@@ -219,6 +219,9 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                     | "--test" | "--port-index" | "-i" | "-l" | "-d" | "--ib-dev"
             )
         };
+        // a known flag without a value given one (`--verify=1`): checked after the flag is
+        // known, so that an unknown one with a value (`--tiemout=5`) is named unknown
+        let stray_value = inline.is_some() && !takes(&flag);
         let val = if takes(&flag) {
             match inline {
                 Some(v) => v,
@@ -228,9 +231,6 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                 }
             }
         } else {
-            if inline.is_some() && flag.starts_with("--") {
-                return Err(format!("{flag} takes no value"));
-            }
             if inline.is_some() && !flag.starts_with("--") {
                 return Err(format!("unknown option '{a}' for --test={name} (see droce-pmd -- --help)"));
             }
@@ -308,6 +308,9 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                 o.server = Some(a.to_string());
             }
             _ => return Err(format!("unknown option '{a}' for --test={name} (see droce-pmd -- --help)")),
+        }
+        if stray_value {
+            return Err(format!("{flag} takes no value"));
         }
         i += 1;
     }
@@ -390,11 +393,15 @@ mod tests {
             ("--test=write_bw -s", "-s needs a value"),
             ("--test=write_bw -s x", "not a valid number"),
             ("--test=write_bw --bogus", "unknown option '--bogus'"),
+            ("--test=write_bw --tiemout=5", "unknown option '--tiemout=5'"),
+            ("--test=write_bw --total-num-mbufs=1024", "unknown option '--total-num-mbufs=1024'"),
+            ("--test=write_bw --verify=1", "--verify takes no value"),
             ("--test=write_bw --faults=rx:drop=2", "--faults=rx:drop=2"),
             ("--test=write_bw --cc=rpg_gd=99", "--cc=rpg_gd=99: congestion-control key 'rpg_gd'"),
             ("--test=write_bw --cc=fast", "--cc=fast: unknown congestion-control key 'fast'"),
             ("--test=write_bw a b", "only one SERVER"),
             ("--test=write_bw -q 0", "between 1 and 64"),
+            ("--test=write_bw -q 200", "between 1 and 64"),
             ("--test=write_lat -u 32", "exponent is 1..31"),
         ] {
             let e = p(line).unwrap_err();

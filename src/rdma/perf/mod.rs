@@ -264,7 +264,8 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let dv = &mut setup.dev;
     let mine = peer_mode(o);
     let offer = exchange::Features { selective_repeat: o.selective_repeat && !o.ud };
-    let v = ctrl.xchg(&exchange::version_msg_with_features(mine, offer), dv, "the perftest version")?;
+    let shape = exchange::Shape { qps: o.qps.min(255) as u8, verify: o.verify };
+    let v = ctrl.xchg(&exchange::version_msg_full(mine, offer, shape), dv, "the perftest version")?;
     let rv = exchange::parse_version(&v[..VERSION_LEN]).unwrap_or(0.0);
     if rv < 5.70 {
         return Err(format!("peer's perftest version {rv:.2} is older than 5.70: not compatible"));
@@ -275,6 +276,17 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
                 "the peer runs {}, this side {}: run the same test, connection type and size on both sides",
                 describe_mode(theirs),
                 describe_mode(mine)
+            ));
+        }
+    }
+    if let Some(theirs) = exchange::parse_shape(&v[..VERSION_LEN]) {
+        if theirs.qps != shape.qps {
+            return Err(format!("the peer runs -q {}, this side -q {}: give both sides the same -q", theirs.qps, shape.qps));
+        }
+        if theirs.verify != shape.verify {
+            let (with, without) = if theirs.verify { ("the peer", "this side") } else { ("this side", "the peer") };
+            return Err(format!(
+                "{with} runs with --verify and {without} without: give both sides --verify or neither (the sender writes the pattern the receiver checks)"
             ));
         }
     }
