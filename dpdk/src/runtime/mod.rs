@@ -314,7 +314,7 @@ impl Runtime {
         let n = cfg.mbufs;
         let pool = Arc::new(
             Mempool::create("droce_host", &MempoolConfig { n, data_room, ..Default::default() })
-                .map_err(|e| RuntimeError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise `memory` in the conf)")))?,
+                .map_err(|e| RuntimeError::Device(format!("mbuf pool ({n} x {data_room} B): {e} (raise the memory EAL may use: `-m MB` on a droce-pmd command line, `memory` in a conf)")))?,
         );
         let mut pc = PortConfig::new().rx_desc(1024).tx_desc(1024).checksum_offload(true);
         if let Some(m) = cfg.eth_mtu {
