@@ -63,6 +63,36 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// A use waiting this long for a window to close says so once, with what the interrupt
+/// thread is doing (a window lasts microseconds; the breaker of 2026-11-28 saw 0.5 s waits on a
+/// loaded VM and once two processes that never ended, with no evidence of where they stood).
+const STUCK_REPORT: Duration = Duration::from_secs(2);
+static STUCK_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// The interrupt thread as the kernel sees it (`/proc/self/task/TID`: state, wait channel,
+/// system call with its arguments), for a report of a window that does not close.
+fn intr_thread_state() -> String {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return "no /proc/self/task".into() };
+    for t in tasks.flatten() {
+        let dir = t.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("eal-intr") {
+            continue;
+        }
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("({e})"));
+        // the state is the field after the parenthesised name
+        let stat = read("stat");
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.split(' ').next()).unwrap_or("?").to_string();
+        return format!(
+            "thread {} state {state}, wchan {}, syscall {}",
+            t.file_name().to_string_lossy(),
+            read("wchan"),
+            read("syscall")
+        );
+    }
+    "no eal-intr-thread found".into()
+}
+
 /// How often the parked interrupt thread is let run.
 pub const WINDOW_PERIOD: Duration = Duration::from_millis(1);
 
@@ -232,6 +262,14 @@ impl Gate {
                 std::hint::spin_loop();
             } else {
                 std::thread::sleep(WAIT_SLEEP);
+                spins += 1;
+                if spins % 4096 == 0 && t0.elapsed() >= STUCK_REPORT && !STUCK_REPORTED.swap(true, Ordering::Relaxed) {
+                    eprintln!(
+                        "droce: a port use has waited {:.1} s for DPDK's interrupt thread to leave its window: {} (the datapath stands still until it does)",
+                        t0.elapsed().as_secs_f64(),
+                        intr_thread_state()
+                    );
+                }
             }
         }
     }
@@ -512,6 +550,37 @@ mod tests {
     }
 
     /// A window open keeps uses out until it closes (what the gate is for).
+    /// A window that does not close is reported once, with the interrupt thread's state as
+    /// the kernel shows it (here a stand-in thread of that name, asleep).
+    #[test]
+    fn a_window_that_does_not_close_is_reported_with_the_threads_state() {
+        let stop = AtomicBool::new(false);
+        let gate = Gate::new();
+        thread::scope(|s| {
+            thread::Builder::new()
+                .name("eal-intr-thread".into())
+                .spawn_scoped(s, || {
+                    while !stop.load(Ordering::Relaxed) {
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                })
+                .unwrap();
+            assert!(gate.try_open());
+            let waiter = s.spawn(|| drop(gate.enter()));
+            let t0 = Instant::now();
+            while !STUCK_REPORTED.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+                thread::sleep(Duration::from_millis(10));
+            }
+            let took = t0.elapsed();
+            let state = intr_thread_state();
+            gate.state.fetch_and(!WINDOW, Ordering::Release);
+            waiter.join().unwrap();
+            stop.store(true, Ordering::Relaxed);
+            assert!(STUCK_REPORTED.load(Ordering::Relaxed) && took >= STUCK_REPORT, "not reported ({took:?})");
+            assert!(state.starts_with("thread ") && state.contains("state S") && state.contains("syscall "), "{state}");
+        });
+    }
+
     #[test]
     fn an_open_window_holds_uses_until_it_closes() {
         let gate = Gate::new();
