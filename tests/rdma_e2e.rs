@@ -213,6 +213,28 @@ fn rc_peer_resolved_before_the_first_request() {
     assert_eq!(counter(&c.out, "retransmitted_pkts"), 0, "{}", c.out);
 }
 
+/// A client pointed at a TCP port where something else listens (a web server here) is told
+/// so, not that the peer's "perftest version 0.00 is older than 5.70".
+#[test]
+fn a_client_at_a_port_that_is_not_perftest_is_told_so() {
+    let _g = serial();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let web = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        l.set_nonblocking(false).unwrap();
+        if let Ok((mut c, _)) = l.accept() {
+            let _ = c.write_all(b"HTTP/1.0 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let _ = c.read(&mut [0u8; 64]);
+        }
+    });
+    let c = spawn(None, 1, "net_null0", &v(&format!("--test=write_bw -n 10 -p {port} --timeout 5 127.0.0.1"))).finish();
+    web.join().unwrap();
+    assert_eq!(c.code, Some(1), "{}", c.out);
+    assert!(c.out.contains(&format!("the peer on TCP port {port} does not speak perftest's exchange (its first bytes: \"HTTP/1.0 400 Bad\")")), "{}", c.out);
+}
+
 /// A peer's bounded wait counts only RoCE packets that reach its QPs as the other side's life,
 /// not any frame on the port. Each process on its own net_null port (which receives a stream
 /// of zero-filled frames and drops what is sent): the client's requests go nowhere

@@ -266,7 +266,13 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
     let offer = exchange::Features { selective_repeat: o.selective_repeat && !o.ud };
     let shape = exchange::Shape { qps: o.qps.min(255) as u8, verify: o.verify };
     let v = ctrl.xchg(&exchange::version_msg_full(mine, offer, shape), dv, "the perftest version")?;
-    let rv = exchange::parse_version(&v[..VERSION_LEN]).unwrap_or(0.0);
+    let Some(rv) = exchange::parse_version(&v[..VERSION_LEN]).filter(|&rv| rv > 0.0) else {
+        let shown: String = v[..VERSION_LEN].iter().take_while(|&&b| b != 0).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }).collect();
+        return Err(format!(
+            "the peer on TCP port {} does not speak perftest's exchange (its first bytes: \"{shown}\"): is it a droce-pmd or perftest server?",
+            o.tcp_port
+        ));
+    };
     if rv < 5.70 {
         return Err(format!("peer's perftest version {rv:.2} is older than 5.70: not compatible"));
     }
