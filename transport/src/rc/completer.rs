@@ -76,7 +76,11 @@ pub(crate) fn complete_front(qp: &mut Qp, status: WcStatus, fx: &mut Effects) {
 fn progress(qp: &mut Qp, now: Instant) {
     qp.req.on_ack();
     qp.comp.reset_counters(qp.attr.retry_cnt, qp.attr.rnr_retry);
-    qp.comp.read_gap = None;
+    // A READ gap stays gone back for until a response fills it (`comp.psn` moves past it):
+    // ACKs that complete the WQEs before it do not reopen it.
+    if qp.comp.read_gap != Some(qp.comp.psn) {
+        qp.comp.read_gap = None;
+    }
     qp.req.prune_resends(qp.comp.psn);
     qp.req.catch_up(qp.comp.psn);
     restart_retransmit(qp, now);
@@ -129,8 +133,7 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
             }
             // The responder got the request but its response never arrived.
             qp.comp.psn = resume;
-            // the packets it resends are counted as they leave (`retransmitted_pkts`)
-            qp.req.rewind(resume);
+            go_back_for_read(qp, resume);
             return false;
         }
         if psn.is_before(w.last_psn()) {
@@ -144,6 +147,23 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
         complete_front(qp, WcStatus::Success, fx);
     }
     true
+}
+
+/// A response showed that READ (or atomic) responses from `resume` on are missing: go back
+/// to `resume` (IBA 9.7.5.1.4: the READ is re-issued for what is missing, and everything
+/// after it again), once per gap. The responses behind the gap that are still on the way,
+/// ACKs of the requests after it, and the responder's answers to anything sent before the
+/// go-back all show the same gap: going back for each of them re-issued every outstanding
+/// READ per response packet, and the responder replayed each of those again (a paused
+/// responder once got 95 080 duplicate READ requests for 20 ACK timeouts). The gap is
+/// forgotten when a response fills it (`progress`); a loss among the re-issued responses
+/// makes a gap at another PSN, and the ACK timer covers a re-issued request that is lost.
+fn go_back_for_read(qp: &mut Qp, resume: Psn) {
+    if qp.comp.read_gap != Some(resume) {
+        qp.comp.read_gap = Some(resume);
+        // the packets it resends are counted as they leave (`retransmitted_pkts`)
+        qp.req.rewind(resume);
+    }
 }
 
 /// Is `psn` a PSN this requester has sent and not yet seen acknowledged?
@@ -319,12 +339,7 @@ fn read_response<M: Memory>(
     // A READ response implicitly acknowledges every earlier request (9.7.5.1.2).
     if psn != qp.comp.psn {
         if !ack_through(qp, psn - 1, fx) {
-            // The READ this belongs to is missing earlier responses: go back once per gap.
-            let expect = qp.comp.psn;
-            if qp.comp.read_gap != Some(expect) {
-                qp.comp.read_gap = Some(expect);
-                qp.req.rewind(expect);
-            }
+            // The READ this belongs to is missing earlier responses (gone back for once).
             return;
         }
         progress(qp, now);
@@ -436,6 +451,9 @@ pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters,
     c.completer_retry_err += 1;
     let psn = qp.comp.psn;
     qp.req.rewind(psn);
+    // Responses to what was sent before still on the way (a responder that was descheduled
+    // answers the requests in its RX ring) show this gap: it has been gone back for.
+    qp.comp.read_gap = Some(psn);
     qp.req.on_loss();
     if let Some(d) = ack_timeout_duration(qp.attr.timeout) {
         qp.timers.set(Timer::Retransmit, now + d);
@@ -536,6 +554,51 @@ mod tests {
             self.mem.read(BASE, &mut m).unwrap();
             m
         }
+    }
+
+    /// A requester goes back once per READ response gap: the responses behind a lost one
+    /// that are still on the way, and an ACK past the READ, show the same gap and must not
+    /// re-issue the outstanding READs again (each did, once: a paused responder then got
+    /// tens of thousands of duplicate READ requests). A response that fills the gap ends it:
+    /// a loss after that is a new gap, gone back for once more.
+    #[test]
+    fn read_gap_goes_back_once() {
+        let mut s = Side::new();
+        let now = Instant::from_nanos(1_000_000);
+        let mut wr_id = 0;
+        for _ in 0..3 {
+            wr_id += 1;
+            let wr = SendWr::new(wr_id, SendOpcode::Read).with_sge(BASE, 4 * MTU as u32, Lkey(1)).with_remote(0x1000, crate::Rkey(7));
+            s.qp.req.sq.push_back(SendWqe::new(&wr, None, 4 * MTU, None, true));
+        }
+        s.send(now);
+        let first = s.qp.req.sq[0].first_psn;
+        let data = vec![0u8; MTU as usize];
+        // resent request packets: drain the requester as the device's transmit path would
+        let resent = |s: &mut Side| {
+            let lim = ReqLimits { mtu: MTU as u32, max_rd_atomic: 4, max_unacked_psns: 1 << 12, dest_qp: Qpn::new(0x22), comp_psn: s.qp.comp.psn };
+            std::iter::from_fn(|| s.qp.req.next_packet(&lim)).count()
+        };
+        assert_eq!(resent(&mut s), 0);
+        s.rx(Response::Read { psn: first, first: true, last: false, data: &data }, now, false);
+        // response 1 lost: 2 and 3, then READ 2's first (a responder's reply to a request
+        // sent before the go-back), then an ACK past every READ
+        s.rx(Response::Read { psn: first + 2, first: false, last: false, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 3, "the first READ from its missing part, the two after it");
+        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
+        s.rx(Response::Read { psn: first + 4, first: true, last: false, data: &data }, now, false);
+        s.rx(Response::Ack { psn: first + 11 }, now, false);
+        s.rx(Response::Read { psn: first + 5, first: false, last: false, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 0, "the same gap: gone back for already");
+        assert_eq!(s.qp.comp.psn, first + 1);
+        // the re-issued READ's responses fill the gap; a loss in them is a new gap
+        s.rx(Response::Read { psn: first + 1, first: true, last: false, data: &data }, now, false);
+        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 3, "a new gap, at the READ's third packet");
+        s.rx(Response::Read { psn: first + 4, first: true, last: false, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 0);
+        assert_eq!(s.counters.rcvd_ghost_response, 0);
+        assert!(s.fx.wcs.is_empty() && !s.fx.qp_error);
     }
 
     /// The continuation shortcut and the whole completer leave the QP, the memory, the
