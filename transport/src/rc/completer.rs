@@ -21,6 +21,8 @@ pub(crate) struct Completer {
     pub rnr_left: u8,
     /// READ response gap for which a go-back-N was already started.
     pub read_gap: Option<Psn>,
+    /// The PSN of the last READ response seen behind `read_gap`.
+    pub read_seen: Psn,
 }
 
 /// Selective repeat: after this many sequence NAKs for consecutive PSNs (a lost burst),
@@ -161,6 +163,7 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
 fn go_back_for_read(qp: &mut Qp, resume: Psn) {
     if qp.comp.read_gap != Some(resume) {
         qp.comp.read_gap = Some(resume);
+        qp.comp.read_seen = resume;
         // the packets it resends are counted as they leave (`retransmitted_pkts`)
         qp.req.rewind(resume);
     }
@@ -338,8 +341,18 @@ fn read_response<M: Memory>(
     }
     // A READ response implicitly acknowledges every earlier request (9.7.5.1.2).
     if psn != qp.comp.psn {
+        let gap = qp.comp.read_gap;
         if !ack_through(qp, psn - 1, fx) {
-            // The READ this belongs to is missing earlier responses (gone back for once).
+            // The READ this belongs to is missing earlier responses: gone back for once. The
+            // responder sends READ responses in PSN order, and answers the go-back by starting
+            // over at the gap: behind a gap, a response that is not after the last one seen
+            // belongs to that new start, whose first packets were lost in turn (or the
+            // re-issued request was). Go back again rather than wait for the ACK timer.
+            let restarted = gap == qp.comp.read_gap && !psn.is_after(qp.comp.read_seen);
+            qp.comp.read_seen = psn;
+            if restarted {
+                qp.req.rewind(qp.comp.psn);
+            }
             return;
         }
         progress(qp, now);
@@ -454,6 +467,7 @@ pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters,
     // Responses to what was sent before still on the way (a responder that was descheduled
     // answers the requests in its RX ring) show this gap: it has been gone back for.
     qp.comp.read_gap = Some(psn);
+    qp.comp.read_seen = psn;
     qp.req.on_loss();
     if let Some(d) = ack_timeout_duration(qp.attr.timeout) {
         qp.timers.set(Timer::Retransmit, now + d);
@@ -559,8 +573,10 @@ mod tests {
     /// A requester goes back once per READ response gap: the responses behind a lost one
     /// that are still on the way, and an ACK past the READ, show the same gap and must not
     /// re-issue the outstanding READs again (each did, once: a paused responder then got
-    /// tens of thousands of duplicate READ requests). A response that fills the gap ends it:
-    /// a loss after that is a new gap, gone back for once more.
+    /// tens of thousands of duplicate READ requests). Behind the gap, a response that is not
+    /// after the last one seen comes from the responder's new start at the gap, which lost
+    /// its first packets: that goes back again. A response that fills the gap ends it: a
+    /// loss after that is a new gap, gone back for once more.
     #[test]
     fn read_gap_goes_back_once() {
         let mut s = Side::new();
@@ -591,6 +607,12 @@ mod tests {
         s.rx(Response::Read { psn: first + 5, first: false, last: false, data: &data }, now, false);
         assert_eq!(resent(&mut s), 0, "the same gap: gone back for already");
         assert_eq!(s.qp.comp.psn, first + 1);
+        // the responder starts over at the gap and that start loses its first packet: a
+        // response not after the last one seen behind the gap shows it
+        s.rx(Response::Read { psn: first + 2, first: false, last: false, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 3, "the new start lost its first packet: go back again");
+        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
+        assert_eq!(resent(&mut s), 0);
         // the re-issued READ's responses fill the gap; a loss in them is a new gap
         s.rx(Response::Read { psn: first + 1, first: true, last: false, data: &data }, now, false);
         s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
