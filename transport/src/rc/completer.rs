@@ -169,6 +169,22 @@ fn go_back_for_read(qp: &mut Qp, resume: Psn) {
     }
 }
 
+/// [`ack_through`] up to `psn` for an ACK or NAK: true when it found a READ/atomic
+/// response missing (an implied NAK), after [`progress`] for what it completed before the gap
+/// or for a new go-back. A response that shows a gap already gone back for changes nothing:
+/// restarting the ACK timer for it, as `progress` does, kept a QP whose re-issued atomic was
+/// lost again from ever timing out while the responder's sequence NAK reminders came in.
+fn implied_nak(qp: &mut Qp, psn: Psn, fx: &mut Effects, now: Instant) -> bool {
+    let (before, gap) = (qp.comp.psn, qp.comp.read_gap);
+    if ack_through(qp, psn, fx) {
+        return false;
+    }
+    if qp.comp.psn != before || qp.comp.read_gap != gap {
+        progress(qp, now);
+    }
+    true
+}
+
 /// Is `psn` a PSN this requester has sent and not yet seen acknowledged?
 fn in_flight(qp: &Qp, psn: Psn) -> bool {
     psn.in_window(qp.comp.psn, qp.req.sent_high.forward_distance(qp.comp.psn))
@@ -190,8 +206,9 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            ack_through(qp, psn, fx);
-            progress(qp, now);
+            if !implied_nak(qp, psn, fx, now) {
+                progress(qp, now);
+            }
         }
         Response::Nak { psn, kind: NakCode::PsnSequenceError } => {
             c.rcvd_seq_err += 1;
@@ -199,8 +216,7 @@ pub(crate) fn handle_response<M: Memory>(
                 return;
             }
             let advanced = psn != qp.comp.psn;
-            if advanced && !ack_through(qp, psn - 1, fx) {
-                progress(qp, now);
+            if advanced && implied_nak(qp, psn - 1, fx, now) {
                 return;
             }
             if advanced {
@@ -253,8 +269,7 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
-                progress(qp, now);
+            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
                 return;
             }
             if psn != qp.comp.psn {
@@ -281,8 +296,7 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
-                progress(qp, now);
+            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
                 return;
             }
             let status = kind.requester_status().unwrap_or(WcStatus::BadRespErr);
@@ -297,8 +311,7 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
-                progress(qp, now);
+            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
                 return;
             }
             let Some(w) = qp.req.sq.front() else { return };
@@ -620,6 +633,37 @@ mod tests {
         s.rx(Response::Read { psn: first + 4, first: true, last: false, data: &data }, now, false);
         assert_eq!(resent(&mut s), 0);
         assert_eq!(s.counters.rcvd_ghost_response, 0);
+        assert!(s.fx.wcs.is_empty() && !s.fx.qp_error);
+    }
+
+    /// A NAK that shows a gap already gone back for (the responder's reminder that a request
+    /// after a lost atomic response is still missing) leaves the ACK timer where it is: when
+    /// the re-issued atomic is lost again, only the timer resends it, and reminders that
+    /// pushed it out every time kept the QP from ever doing so (an e2e atomic_bw under loss
+    /// stalled until its 15 s test timeout).
+    #[test]
+    fn a_gap_gone_back_for_leaves_the_ack_timer() {
+        let mut s = Side::new();
+        let t0 = Instant::from_nanos(1_000_000);
+        let fadd = SendWr::new(1, SendOpcode::FetchAdd).with_sge(BASE, 8, Lkey(1)).with_remote(0x1000, crate::Rkey(7)).with_atomic(1, 0);
+        let write = SendWr::new(2, SendOpcode::Write).with_sge(BASE, 2 * MTU as u32, Lkey(1)).with_remote(0x2000, crate::Rkey(7));
+        s.qp.req.sq.push_back(SendWqe::new(&fadd, None, 8, None, true));
+        s.qp.req.sq.push_back(SendWqe::new(&write, None, 2 * MTU, None, true));
+        s.send(t0);
+        let first = s.qp.req.sq[0].first_psn;
+        // the atomic's response is lost and so is the WRITE's last packet: NAKed
+        let nak = Response::Nak { psn: first + 2, kind: NakCode::PsnSequenceError };
+        let t1 = t0 + Duration::from_nanos(100_000);
+        s.rx(nak, t1, false);
+        assert_eq!(s.qp.req.psn, first, "gone back to the atomic");
+        let deadline = s.qp.timers.get(Timer::Retransmit).expect("armed");
+        assert!(deadline > t1);
+        s.send(t1);
+        for i in 2..10 {
+            s.rx(nak, t0 + Duration::from_nanos(i * 100_000), false);
+            assert_eq!(s.qp.timers.get(Timer::Retransmit), Some(deadline), "reminder {i}");
+        }
+        assert_eq!(s.counters.rcvd_seq_err, 9);
         assert!(s.fx.wcs.is_empty() && !s.fx.qp_error);
     }
 
