@@ -1,6 +1,6 @@
-//! READ loss recovery: a requester that goes back N for READs asks again for what it is
-//! missing about once per loss, and the responder answers those duplicate READ requests in
-//! PSN order, so that recovery moves a bounded number of packets.
+//! READ loss recovery: the responder answers duplicate READ requests in PSN order, in place
+//! of what it still has queued of the same READ, so that a requester going back N sees its
+//! responses in order and recovery moves a bounded number of packets.
 //!
 //! The scenario of `droce-pmd --test=read_bw -q 4` whose server is SIGSTOPped for a few ACK
 //! timeouts: the requester times out and re-issues its outstanding READs once per timeout;
@@ -131,17 +131,18 @@ fn no_pause_no_recovery() {
 /// QPS QPs: the requester goes back once per timeout and re-issues its (at most `RD`)
 /// outstanding READs each time. Once the responder runs again it answers each duplicate READ
 /// in PSN order, restarting the replay of that READ rather than queueing another copy behind
-/// later READs, so the requester sees no gap that it has not already gone back for.
+/// later READs, so the requester sees no responses out of order but those already on the way.
 ///
 /// Bounds. Requests: at most one go-back per timeout, plus one per QP for the gap the pause
-/// left (a response that fills it may come before the timeout's duplicates are answered),
-/// each re-issuing at most `RD` READs. Response packets: this link loses nothing, so the
+/// left, each re-issuing at most `RD` READs. Response packets: this link loses nothing, so the
 /// requester needs no response twice; what is sent again is what a later round of duplicates
 /// restarts of a replay that is under way — per QP the one at the head of its reply queue
 /// (the others have sent nothing yet), at most one READ's `PKTS`. Today's bounds are far
 /// above what this run takes (about 140 requests, 96 packets); the code before the fix
-/// re-issued 1684 READs (1 go-back per out-of-order response), and with that fixed alone the
-/// responder's replays queued behind later READs resent 3104 packets.
+/// re-issued 1684 READs (a go-back per out-of-order response, each replay queued behind the
+/// later READs' making more of those), and with the requester going back once per gap the
+/// responder's replays queued behind later READs resent 3104 packets (a completer that
+/// goes back only once per gap, tried first, cut the requests but not the replays).
 
 #[test]
 fn paused_responder_costs_one_go_back_per_timeout() {
@@ -158,13 +159,11 @@ fn paused_responder_costs_one_go_back_per_timeout() {
 
 /// READs over a link that flips bits in 2 % of the frames (each caught by the ICRC: a lost
 /// frame), with and without selective repeat (which leaves READ responses to go-back-N).
-/// Every lost response makes the requester go back and re-issue its outstanding READs, up
-/// to 16 x 64 packets, so recovery costs more than the loss itself; going back once per
-/// gap, and again only when the responder's new start is seen to have lost its own first
-/// packets, the responder sent 2.2-2.5 response packets per useful one here, against 10-12
-/// before (a go-back per out-of-order response, replays queued behind later READs). The
-/// bound leaves room for other seeds. The ACK timer stays a fallback: 4-5 timeouts here,
-/// 17-22 without the new-start check (the base code, going back for everything, took 0-1).
+/// Every lost response makes the requester go back and re-issue its outstanding READs; with
+/// the responder answering those duplicates in PSN order, in place of what it still had
+/// queued of the same READ, the responder sent 1.93-1.94 response packets per useful one
+/// here, against 9.9-11.8 before (each replay queued behind later READs, which the requester
+/// discarded as out of order and went back for again). No ACK timeout is needed here.
 #[test]
 fn corrupted_reads_resend_a_bounded_share() {
     for (seed, sr) in [(1, false), (2, true)] {
@@ -173,6 +172,7 @@ fn corrupted_reads_resend_a_bounded_share() {
         let ratio = r.response_pkts as f64 / (r.reads * PKTS) as f64;
         eprintln!("seed {seed} sr {sr}: {r:?}, {ratio:.2} response packets per useful one");
         assert!(ratio < 4.0, "seed {seed}: {ratio:.2} response packets per useful one: {r:?}");
-        assert!(r.timeouts <= 12, "seed {seed}: {r:?}");
+        assert!(r.timeouts <= 3, "seed {seed}: {r:?}");
     }
 }
+

@@ -392,8 +392,8 @@ fn go_back_n_digest() -> (u64, u64) {
 
 /// A QP without the attribute sends what it sent before selective repeat existed: the
 /// digest was taken with this same function on the commit before it (3254b8d), and taken
-/// again when READ recovery changed on purpose (r23-read: one go-back per READ response gap,
-/// duplicate READs replayed in PSN order), which took this run from 2478 frames to 2223.
+/// again when READ recovery changed on purpose (r23-read: the responder replays duplicate
+/// READs and atomics in PSN order), which took this run from 2478 frames to 2223.
 #[test]
 fn without_the_attribute_the_wire_is_unchanged() {
     let (digest, frames) = go_back_n_digest();

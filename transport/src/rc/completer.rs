@@ -21,8 +21,6 @@ pub(crate) struct Completer {
     pub rnr_left: u8,
     /// READ response gap for which a go-back-N was already started.
     pub read_gap: Option<Psn>,
-    /// The PSN of the last READ response seen behind `read_gap`.
-    pub read_seen: Psn,
 }
 
 /// Selective repeat: after this many sequence NAKs for consecutive PSNs (a lost burst),
@@ -78,11 +76,7 @@ pub(crate) fn complete_front(qp: &mut Qp, status: WcStatus, fx: &mut Effects) {
 fn progress(qp: &mut Qp, now: Instant) {
     qp.req.on_ack();
     qp.comp.reset_counters(qp.attr.retry_cnt, qp.attr.rnr_retry);
-    // A READ gap stays gone back for until a response fills it (`comp.psn` moves past it):
-    // ACKs that complete the WQEs before it do not reopen it.
-    if qp.comp.read_gap != Some(qp.comp.psn) {
-        qp.comp.read_gap = None;
-    }
+    qp.comp.read_gap = None;
     qp.req.prune_resends(qp.comp.psn);
     qp.req.catch_up(qp.comp.psn);
     restart_retransmit(qp, now);
@@ -135,7 +129,8 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
             }
             // The responder got the request but its response never arrived.
             qp.comp.psn = resume;
-            go_back_for_read(qp, resume);
+            // the packets it resends are counted as they leave (`retransmitted_pkts`)
+            qp.req.rewind(resume);
             return false;
         }
         if psn.is_before(w.last_psn()) {
@@ -147,40 +142,6 @@ fn ack_through(qp: &mut Qp, psn: Psn, fx: &mut Effects) -> bool {
         }
         qp.comp.psn = w.last_psn() + 1;
         complete_front(qp, WcStatus::Success, fx);
-    }
-    true
-}
-
-/// A response showed that READ (or atomic) responses from `resume` on are missing: go back
-/// to `resume` (IBA 9.7.5.1.4: the READ is re-issued for what is missing, and everything
-/// after it again), once per gap. The responses behind the gap that are still on the way,
-/// ACKs of the requests after it, and the responder's answers to anything sent before the
-/// go-back all show the same gap: going back for each of them re-issued every outstanding
-/// READ per response packet, and the responder replayed each of those again (a paused
-/// responder once got 95 080 duplicate READ requests for 20 ACK timeouts). The gap is
-/// forgotten when a response fills it (`progress`); a loss among the re-issued responses
-/// makes a gap at another PSN, and the ACK timer covers a re-issued request that is lost.
-fn go_back_for_read(qp: &mut Qp, resume: Psn) {
-    if qp.comp.read_gap != Some(resume) {
-        qp.comp.read_gap = Some(resume);
-        qp.comp.read_seen = resume;
-        // the packets it resends are counted as they leave (`retransmitted_pkts`)
-        qp.req.rewind(resume);
-    }
-}
-
-/// [`ack_through`] up to `psn` for an ACK or NAK: true when it found a READ/atomic
-/// response missing (an implied NAK), after [`progress`] for what it completed before the gap
-/// or for a new go-back. A response that shows a gap already gone back for changes nothing:
-/// restarting the ACK timer for it, as `progress` does, kept a QP whose re-issued atomic was
-/// lost again from ever timing out while the responder's sequence NAK reminders came in.
-fn implied_nak(qp: &mut Qp, psn: Psn, fx: &mut Effects, now: Instant) -> bool {
-    let (before, gap) = (qp.comp.psn, qp.comp.read_gap);
-    if ack_through(qp, psn, fx) {
-        return false;
-    }
-    if qp.comp.psn != before || qp.comp.read_gap != gap {
-        progress(qp, now);
     }
     true
 }
@@ -206,9 +167,8 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            if !implied_nak(qp, psn, fx, now) {
-                progress(qp, now);
-            }
+            ack_through(qp, psn, fx);
+            progress(qp, now);
         }
         Response::Nak { psn, kind: NakCode::PsnSequenceError } => {
             c.rcvd_seq_err += 1;
@@ -216,7 +176,8 @@ pub(crate) fn handle_response<M: Memory>(
                 return;
             }
             let advanced = psn != qp.comp.psn;
-            if advanced && implied_nak(qp, psn - 1, fx, now) {
+            if advanced && !ack_through(qp, psn - 1, fx) {
+                progress(qp, now);
                 return;
             }
             if advanced {
@@ -269,7 +230,8 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
+                progress(qp, now);
                 return;
             }
             if psn != qp.comp.psn {
@@ -296,7 +258,8 @@ pub(crate) fn handle_response<M: Memory>(
             if !in_flight(qp, psn) {
                 return;
             }
-            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
+                progress(qp, now);
                 return;
             }
             let status = kind.requester_status().unwrap_or(WcStatus::BadRespErr);
@@ -311,7 +274,8 @@ pub(crate) fn handle_response<M: Memory>(
                 c.rcvd_ghost_response += 1;
                 return;
             }
-            if psn != qp.comp.psn && implied_nak(qp, psn - 1, fx, now) {
+            if psn != qp.comp.psn && !ack_through(qp, psn - 1, fx) {
+                progress(qp, now);
                 return;
             }
             let Some(w) = qp.req.sq.front() else { return };
@@ -354,17 +318,12 @@ fn read_response<M: Memory>(
     }
     // A READ response implicitly acknowledges every earlier request (9.7.5.1.2).
     if psn != qp.comp.psn {
-        let gap = qp.comp.read_gap;
         if !ack_through(qp, psn - 1, fx) {
-            // The READ this belongs to is missing earlier responses: gone back for once. The
-            // responder sends READ responses in PSN order, and answers the go-back by starting
-            // over at the gap: behind a gap, a response that is not after the last one seen
-            // belongs to that new start, whose first packets were lost in turn (or the
-            // re-issued request was). Go back again rather than wait for the ACK timer.
-            let restarted = gap == qp.comp.read_gap && !psn.is_after(qp.comp.read_seen);
-            qp.comp.read_seen = psn;
-            if restarted {
-                qp.req.rewind(qp.comp.psn);
+            // The READ this belongs to is missing earlier responses: go back once per gap.
+            let expect = qp.comp.psn;
+            if qp.comp.read_gap != Some(expect) {
+                qp.comp.read_gap = Some(expect);
+                qp.req.rewind(expect);
             }
             return;
         }
@@ -477,10 +436,6 @@ pub(crate) fn on_retransmit_timeout(qp: &mut Qp, now: Instant, c: &mut Counters,
     c.completer_retry_err += 1;
     let psn = qp.comp.psn;
     qp.req.rewind(psn);
-    // Responses to what was sent before still on the way (a responder that was descheduled
-    // answers the requests in its RX ring) show this gap: it has been gone back for.
-    qp.comp.read_gap = Some(psn);
-    qp.comp.read_seen = psn;
     qp.req.on_loss();
     if let Some(d) = ack_timeout_duration(qp.attr.timeout) {
         qp.timers.set(Timer::Retransmit, now + d);
@@ -581,90 +536,6 @@ mod tests {
             self.mem.read(BASE, &mut m).unwrap();
             m
         }
-    }
-
-    /// A requester goes back once per READ response gap: the responses behind a lost one
-    /// that are still on the way, and an ACK past the READ, show the same gap and must not
-    /// re-issue the outstanding READs again (each did, once: a paused responder then got
-    /// tens of thousands of duplicate READ requests). Behind the gap, a response that is not
-    /// after the last one seen comes from the responder's new start at the gap, which lost
-    /// its first packets: that goes back again. A response that fills the gap ends it: a
-    /// loss after that is a new gap, gone back for once more.
-    #[test]
-    fn read_gap_goes_back_once() {
-        let mut s = Side::new();
-        let now = Instant::from_nanos(1_000_000);
-        let mut wr_id = 0;
-        for _ in 0..3 {
-            wr_id += 1;
-            let wr = SendWr::new(wr_id, SendOpcode::Read).with_sge(BASE, 4 * MTU as u32, Lkey(1)).with_remote(0x1000, crate::Rkey(7));
-            s.qp.req.sq.push_back(SendWqe::new(&wr, None, 4 * MTU, None, true));
-        }
-        s.send(now);
-        let first = s.qp.req.sq[0].first_psn;
-        let data = vec![0u8; MTU as usize];
-        // resent request packets: drain the requester as the device's transmit path would
-        let resent = |s: &mut Side| {
-            let lim = ReqLimits { mtu: MTU as u32, max_rd_atomic: 4, max_unacked_psns: 1 << 12, dest_qp: Qpn::new(0x22), comp_psn: s.qp.comp.psn };
-            std::iter::from_fn(|| s.qp.req.next_packet(&lim)).count()
-        };
-        assert_eq!(resent(&mut s), 0);
-        s.rx(Response::Read { psn: first, first: true, last: false, data: &data }, now, false);
-        // response 1 lost: 2 and 3, then READ 2's first (a responder's reply to a request
-        // sent before the go-back), then an ACK past every READ
-        s.rx(Response::Read { psn: first + 2, first: false, last: false, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 3, "the first READ from its missing part, the two after it");
-        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
-        s.rx(Response::Read { psn: first + 4, first: true, last: false, data: &data }, now, false);
-        s.rx(Response::Ack { psn: first + 11 }, now, false);
-        s.rx(Response::Read { psn: first + 5, first: false, last: false, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 0, "the same gap: gone back for already");
-        assert_eq!(s.qp.comp.psn, first + 1);
-        // the responder starts over at the gap and that start loses its first packet: a
-        // response not after the last one seen behind the gap shows it
-        s.rx(Response::Read { psn: first + 2, first: false, last: false, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 3, "the new start lost its first packet: go back again");
-        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 0);
-        // the re-issued READ's responses fill the gap; a loss in them is a new gap
-        s.rx(Response::Read { psn: first + 1, first: true, last: false, data: &data }, now, false);
-        s.rx(Response::Read { psn: first + 3, first: false, last: true, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 3, "a new gap, at the READ's third packet");
-        s.rx(Response::Read { psn: first + 4, first: true, last: false, data: &data }, now, false);
-        assert_eq!(resent(&mut s), 0);
-        assert_eq!(s.counters.rcvd_ghost_response, 0);
-        assert!(s.fx.wcs.is_empty() && !s.fx.qp_error);
-    }
-
-    /// A NAK that shows a gap already gone back for (the responder's reminder that a request
-    /// after a lost atomic response is still missing) leaves the ACK timer where it is: when
-    /// the re-issued atomic is lost again, only the timer resends it, and reminders that
-    /// pushed it out every time kept the QP from ever doing so (an e2e atomic_bw under loss
-    /// stalled until its 15 s test timeout).
-    #[test]
-    fn a_gap_gone_back_for_leaves_the_ack_timer() {
-        let mut s = Side::new();
-        let t0 = Instant::from_nanos(1_000_000);
-        let fadd = SendWr::new(1, SendOpcode::FetchAdd).with_sge(BASE, 8, Lkey(1)).with_remote(0x1000, crate::Rkey(7)).with_atomic(1, 0);
-        let write = SendWr::new(2, SendOpcode::Write).with_sge(BASE, 2 * MTU as u32, Lkey(1)).with_remote(0x2000, crate::Rkey(7));
-        s.qp.req.sq.push_back(SendWqe::new(&fadd, None, 8, None, true));
-        s.qp.req.sq.push_back(SendWqe::new(&write, None, 2 * MTU, None, true));
-        s.send(t0);
-        let first = s.qp.req.sq[0].first_psn;
-        // the atomic's response is lost and so is the WRITE's last packet: NAKed
-        let nak = Response::Nak { psn: first + 2, kind: NakCode::PsnSequenceError };
-        let t1 = t0 + Duration::from_nanos(100_000);
-        s.rx(nak, t1, false);
-        assert_eq!(s.qp.req.psn, first, "gone back to the atomic");
-        let deadline = s.qp.timers.get(Timer::Retransmit).expect("armed");
-        assert!(deadline > t1);
-        s.send(t1);
-        for i in 2..10 {
-            s.rx(nak, t0 + Duration::from_nanos(i * 100_000), false);
-            assert_eq!(s.qp.timers.get(Timer::Retransmit), Some(deadline), "reminder {i}");
-        }
-        assert_eq!(s.counters.rcvd_seq_err, 9);
-        assert!(s.fx.wcs.is_empty() && !s.fx.qp_error);
     }
 
     /// The continuation shortcut and the whole completer leave the QP, the memory, the
