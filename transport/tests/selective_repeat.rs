@@ -391,7 +391,9 @@ fn go_back_n_digest() -> (u64, u64) {
 }
 
 /// A QP without the attribute sends what it sent before selective repeat existed: the
-/// digest was taken with this same function on the commit before it (3254b8d).
+/// digest was taken with this same function on the commit before it (3254b8d), and taken
+/// again when READ recovery changed on purpose (r23-read: the responder replays duplicate
+/// READs and atomics in PSN order), which took this run from 2478 frames to 2223.
 #[test]
 fn without_the_attribute_the_wire_is_unchanged() {
     let (digest, frames) = go_back_n_digest();
@@ -399,7 +401,7 @@ fn without_the_attribute_the_wire_is_unchanged() {
     assert_eq!((digest, frames), GO_BACK_N_DIGEST);
 }
 
-const GO_BACK_N_DIGEST: (u64, u64) = (0xc640_a58c_f662_6202, 2478);
+const GO_BACK_N_DIGEST: (u64, u64) = (0xd548_5e29_f8e2_0019, 2223);
 
 /// Mixed traffic (SEND, WRITE, WRITE with immediate, READ, FETCH_ADD) over a link that
 /// loses, duplicates, reorders and corrupts frames: every message arrives once, intact, in

@@ -339,18 +339,41 @@ fn duplicate(qp: &mut Qp, r: &Request<'_>) {
         });
         if let Some(&Resource { first_psn, npkts, kind: ResourceKind::Read { va, len } }) = hit {
             let start = r.psn.forward_distance(first_psn);
-            // Drop an unsent replay of the same READ: the new one supersedes it.
-            qp.resp.queue.retain(|q| !matches!(q, Reply::Read { first_psn: f, .. } if *f == first_psn));
-            qp.resp.queue.push_back(Reply::Read { first_psn, start, next: start, npkts, va, len, msn });
+            replay(qp, Reply::Read { first_psn, start, next: start, npkts, va, len, msn });
         }
     } else if is_atomic(r.opcode) {
         let hit = qp.resp.resources.iter().rev().find(|res| res.first_psn == r.psn);
         if let Some(&Resource { kind: ResourceKind::Atomic { orig }, .. }) = hit {
-            qp.resp.queue.push_back(Reply::Atomic { psn: r.psn, orig, msn });
+            replay(qp, Reply::Atomic { psn: r.psn, orig, msn });
         }
     } else if r.ack_req || ends(r.opcode) {
         queue_ack(qp, qp.resp.epsn - 1);
     }
+}
+
+/// The PSN a reply answers (its first, for a READ response).
+fn reply_psn(q: &Reply) -> Psn {
+    match *q {
+        Reply::Ack { psn, .. } | Reply::Atomic { psn, .. } => psn,
+        Reply::Read { first_psn, .. } => first_psn,
+    }
+}
+
+/// Queue the replay of a READ or atomic for a duplicate request in PSN order: in place of
+/// what is still queued of the same request's replies (sent in part or not at all: the new
+/// one supersedes it), ahead of the replies to later requests. A requester that goes back
+/// N sends its duplicates in PSN order and takes responses only in PSN order: a replay
+/// queued behind the replies to later READs made those arrive first, which the requester
+/// took for a new gap and went back for again, re-issuing every later READ, whose replays
+/// were queued behind the next ones in turn. The replies to later requests stay queued (a
+/// requester that re-issued only this one still gets them), and their own duplicates, which
+/// a go-back-N requester sends right after this one, restart them in place.
+fn replay(qp: &mut Qp, reply: Reply) {
+    let psn = reply_psn(&reply);
+    let queue = &mut qp.resp.queue;
+    queue.retain(|q| !matches!(q, Reply::Read { .. } | Reply::Atomic { .. }) || reply_psn(q) != psn);
+    let at = queue.iter().position(|q| reply_psn(q).is_after(psn)).unwrap_or(queue.len());
+    queue.insert(at, reply);
 }
 
 /// 9.7.5.2.2 (C9-95): opcode sequence inside a multi-packet message.

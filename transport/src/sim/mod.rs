@@ -76,6 +76,8 @@ pub struct LinkStats {
     pub reordered: u64,
     pub flipped: u64,
     pub delivered: u64,
+    /// Frames that found the receiving node's RX ring full ([`Pair::ring`]).
+    pub ring_dropped: u64,
 }
 
 /// One simulated host: a device, a PD, one MR over all its memory and one CQ.
@@ -200,8 +202,27 @@ pub struct Pair {
     ///
     /// [`TxTrain::run_frames`]: crate::device::TxTrain::run_frames
     pub train_run_frames: u64,
+    /// Nodes (a, b) not scheduled, as a SIGSTOPped process: a paused node sends nothing,
+    /// runs no timers and takes no frames; frames for it wait in its RX ring.
+    pub paused: [bool; 2],
+    /// Poll-mode rounds, as droce-dpdk's engine runs them: per step each node sends at most
+    /// `burst` frames and takes at most `burst` from its RX ring, and a busy step lasts
+    /// `round`. Without it a step sends and delivers everything that is ready at once, so a
+    /// node never answers a frame before it has taken every frame that arrived with it.
+    pub rounds: Option<Rounds>,
+    /// Frames an RX ring holds (in use while a node is paused, or with `rounds`); frames
+    /// that find it full are dropped (`LinkStats::ring_dropped`), as a PMD's RX ring does.
+    pub ring: usize,
+    rx_ring: [std::collections::VecDeque<Vec<u8>>; 2],
     wire: Wire,
     buf: Vec<u8>,
+}
+
+/// See [`Pair::rounds`].
+#[derive(Debug, Clone, Copy)]
+pub struct Rounds {
+    pub burst: usize,
+    pub round: Duration,
 }
 
 /// The frames in flight on a link, by arrival time, and the link's random choices.
@@ -292,6 +313,10 @@ impl Pair {
             split_frames: 0,
             train: false,
             train_run_frames: 0,
+            paused: [false; 2],
+            rounds: None,
+            ring: 1024,
+            rx_ring: Default::default(),
             wire: Wire::new(seed),
             buf,
         }
@@ -346,12 +371,16 @@ impl Pair {
     pub fn step_with_timer(&mut self, timer: Option<Instant>) -> bool {
         let mut busy = false;
         let mut buf = core::mem::take(&mut self.buf);
+        let burst = self.rounds.map_or(usize::MAX, |r| r.burst);
         for to_b in [true, false] {
+            if self.paused[usize::from(!to_b)] {
+                continue;
+            }
             if self.train {
                 busy |= self.transmit_train(to_b, &mut buf);
                 continue;
             }
-            loop {
+            for _ in 0..burst {
                 let dev = if to_b { &mut self.a.dev } else { &mut self.b.dev };
                 let n = match self.split_min {
                     None => dev.poll_transmit(self.now, &mut buf),
@@ -381,25 +410,53 @@ impl Pair {
         }
         self.buf = buf;
         while let Some(mut f) = self.wire.due(self.now) {
+            let i = usize::from(f.to_b);
+            // Through the RX ring when the node does not take every frame at once.
+            if self.rounds.is_some() || self.paused[i] || !self.rx_ring[i].is_empty() {
+                if self.rx_ring[i].len() >= self.ring {
+                    self.stats.ring_dropped += 1;
+                    self.wire.pool.push(f.frame);
+                } else {
+                    self.rx_ring[i].push_back(f.frame);
+                }
+                continue;
+            }
             self.stats.delivered += 1;
             let dev = if f.to_b { &mut self.b.dev } else { &mut self.a.dev };
             dev.handle_rx(self.now, &mut f.frame);
             self.wire.pool.push(f.frame);
             busy = true;
         }
-        for dev in [&mut self.a.dev, &mut self.b.dev] {
-            if dev.poll_timeout().is_some_and(|t| t <= self.now) {
+        for i in 0..2 {
+            if self.paused[i] {
+                continue;
+            }
+            for _ in 0..burst {
+                let Some(mut f) = self.rx_ring[i].pop_front() else { break };
+                self.stats.delivered += 1;
+                let dev = if i == 1 { &mut self.b.dev } else { &mut self.a.dev };
+                dev.handle_rx(self.now, &mut f);
+                self.wire.pool.push(f);
+                busy = true;
+            }
+        }
+        for (i, dev) in [&mut self.a.dev, &mut self.b.dev].into_iter().enumerate() {
+            if !self.paused[i] && dev.poll_timeout().is_some_and(|t| t <= self.now) {
                 dev.handle_timeout(self.now);
                 busy = true;
             }
         }
         if busy {
+            if let Some(r) = self.rounds {
+                self.now = self.now + r.round;
+            }
             return true;
         }
+        let (pa, pb) = (self.paused[0], self.paused[1]);
         let next = [
             self.wire.next_arrival(),
-            self.a.dev.poll_timeout(),
-            self.b.dev.poll_timeout(),
+            self.a.dev.poll_timeout().filter(|_| !pa),
+            self.b.dev.poll_timeout().filter(|_| !pb),
             timer,
         ]
         .into_iter()
