@@ -160,17 +160,22 @@ impl Node {
     }
 }
 
-/// Runs both nodes until both sent and completed `total` messages (or `max_steps`); returns
-/// the nodes and what each delivered.
-fn run(seed: u64, total: u64, cut_after: Option<u64>, max_steps: u64) -> ([Node; 2], [Vec<u64>; 2], Instant) {
-    let cfg = Config {
+/// Short timers, so that a test's simulated time is short: 2 ms retransmission (backed off
+/// to 16), 200 ms to fail, 64 datagrams in flight.
+fn test_cfg() -> Config {
+    Config {
         retransmit_timeout: Duration::from_millis(2),
         max_retransmit_timeout: Duration::from_millis(16),
         fail_after: Duration::from_millis(200),
         window: 64,
         max_channels: 8,
-    };
-    run_with(cfg, seed, total, cut_after, None, max_steps)
+    }
+}
+
+/// Runs both nodes until both sent and completed `total` messages (or `max_steps`); returns
+/// the nodes and what each delivered.
+fn run(seed: u64, total: u64, cut_after: Option<u64>, max_steps: u64) -> ([Node; 2], [Vec<u64>; 2], Instant) {
+    run_with(test_cfg(), seed, total, cut_after, None, max_steps)
 }
 
 /// [`run`] with node 2 not running at all during `pause` (steps: it neither sends, nor checks
@@ -258,13 +263,7 @@ fn a_cut_link_fails_both_senders_after_fail_after() {
 /// that was not reading.
 #[test]
 fn a_peer_that_stops_running_is_probed_not_flooded() {
-    let cfg = Config {
-        retransmit_timeout: Duration::from_millis(2),
-        max_retransmit_timeout: Duration::from_millis(16),
-        fail_after: Duration::from_millis(200),
-        window: 64,
-        max_channels: 8,
-    };
+    let cfg = test_cfg();
     let total = 2000;
     // 50 us steps: the pause is 10 ms to 160 ms
     let (pause_from, pause_to) = (200, 3200);
