@@ -305,6 +305,12 @@ pub fn parse(app: &[String]) -> Result<Option<Opts>, String> {
                 if o.server.is_some() {
                     return Err(format!("unexpected argument '{a}': only one SERVER address"));
                 }
+                // the control connection is IPv4 (servers listen on 0.0.0.0): an IPv6 literal
+                // failed only after EAL and the port came up (`::1`) or waited for --timeout
+                // on a refused connection (`[::1]`)
+                if a.trim_start_matches('[').trim_end_matches(']').parse::<std::net::Ipv6Addr>().is_ok() {
+                    return Err(format!("server address '{a}': the TCP control connection is IPv4 (servers listen on 0.0.0.0): give the server's IPv4 address"));
+                }
                 o.server = Some(a.to_string());
             }
             _ => return Err(format!("unknown option '{a}' for --test={name} (see droce-pmd -- --help)")),
@@ -396,6 +402,8 @@ mod tests {
             ("--test=write_bw --tiemout=5", "unknown option '--tiemout=5'"),
             ("--test=write_bw --total-num-mbufs=1024", "unknown option '--total-num-mbufs=1024'"),
             ("--test=write_bw --verify=1", "--verify takes no value"),
+            ("--test=write_bw ::1", "server address '::1': the TCP control connection is IPv4"),
+            ("--test=write_bw [::1]", "server address '[::1]': the TCP control connection is IPv4"),
             ("--test=write_bw --faults=rx:drop=2", "--faults=rx:drop=2"),
             ("--test=write_bw --cc=rpg_gd=99", "--cc=rpg_gd=99: congestion-control key 'rpg_gd'"),
             ("--test=write_bw --cc=fast", "--cc=fast: unknown congestion-control key 'fast'"),
