@@ -213,6 +213,27 @@ fn rc_peer_resolved_before_the_first_request() {
     assert_eq!(counter(&c.out, "retransmitted_pkts"), 0, "{}", c.out);
 }
 
+/// A second memif client on a server that has its client is refused by memif (one client per
+/// interface id); it ends after its --timeout naming that, and the running pair goes on.
+#[test]
+fn a_second_memif_client_is_told_the_id_is_taken() {
+    let _g = serial();
+    let m = Memif::new();
+    let port = free_port();
+    let common = format!("--test=write_bw -s 4096 -n 100000000 -p {port} --timeout 10 -u 17");
+    let s = spawn(None, 0, &m.vdev(true), &v(&common));
+    m.wait_server();
+    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1")));
+    assert!(c.wait_for("remote address", Duration::from_secs(20)), "client never connected:\n{}", c.output());
+    let port2 = free_port();
+    let second = spawn(None, 1, &m.vdev(false), &v(&format!("--test=write_bw -p {port2} --timeout 3 127.0.0.1"))).finish();
+    c.signal(libc::SIGKILL);
+    let _ = c.finish();
+    let _ = s.finish();
+    assert_eq!(second.code, Some(1), "{}", second.out);
+    assert!(second.out.contains("link did not come up") && second.out.contains("is another client connected to it?"), "{}", second.out);
+}
+
 /// A client pointed at a TCP port where something else listens (a web server here) is told
 /// so, not that the peer's "perftest version 0.00 is older than 5.70".
 #[test]

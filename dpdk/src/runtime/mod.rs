@@ -407,7 +407,14 @@ impl Runtime {
                 // a memif client has spent part of this same wait connecting
                 let left = if client_sock.is_some() { wait.saturating_sub(t0.elapsed()) } else { wait };
                 if !port.wait_link_up(left).unwrap_or(false) {
-                    let hint = if memif { " (is the memif peer running?)" } else { "" };
+                    // a client that connected but got no link: its server refused it, most
+                    // often because another client holds that interface id (breaker: a second
+                    // client was told only to check that its peer runs)
+                    let hint = match (memif, client_sock.is_some()) {
+                        (true, true) => " (is the memif peer running? a memif server takes one client per interface id: is another client connected to it? give this pair its own socket= or id=)",
+                        (true, false) => " (is the memif peer running?)",
+                        _ => "",
+                    };
                     return Err(RuntimeError::Port(format!("{pname}: link did not come up within {wait:?}{hint}")));
                 }
             }
