@@ -213,24 +213,6 @@ fn rc_peer_resolved_before_the_first_request() {
     assert_eq!(counter(&c.out, "retransmitted_pkts"), 0, "{}", c.out);
 }
 
-/// rc_pingpong resolves its peer's MAC before RTR, as the perftest modes do: with the ARP
-/// exchange dropped by fault injection, its first SEND used up its retries waiting in the
-/// neighbour queue (RETRY_EXC_ERR with no RoCE frame sent; second breaker of 2026-11-28, 3 of 3
-/// with this seed).
-#[test]
-fn rc_pingpong_resolves_its_peer_before_the_first_send() {
-    let _g = serial();
-    let m = Memif::new();
-    let port = free_port();
-    let common = format!("--test=rc_pingpong -n 300 -s 4096 -p {port} --timeout 10 --faults=both:drop=0.1,dup=0.2;seed=21");
-    let s = spawn(None, 0, &m.vdev(true), &v(&common));
-    m.wait_server();
-    let c = spawn(None, 1, &m.vdev(false), &v(&format!("{common} 127.0.0.1"))).finish();
-    let s = s.finish();
-    assert_eq!((s.code, c.code), (Some(0), Some(0)), "{}\n--- client:\n{}", s.out, c.out);
-    assert!(counter(&c.out, "injected_faults") > 0, "{}", c.out);
-}
-
 /// A second memif client on a server that has its client is refused by memif (one client per
 /// interface id); it ends after its --timeout naming that, and the running pair goes on.
 #[test]

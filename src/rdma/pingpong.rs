@@ -87,11 +87,6 @@ pub fn run(setup: &mut Setup, o: &Opts) -> R<()> {
             return Ok(Some(UdDest { av, remote_qpn: Qpn::new(peer.qpn), remote_qkey: QKey(DEF_QKEY) }));
         }
         av.hop_limit = 1;
-        // as ibv_modify_qp to RTR on RoCE (and the perftest modes): the peer's MAC known before
-        // the first SEND. Otherwise it waited behind ARP in the neighbour queue, and with the
-        // ARP exchange lost (`--faults` drop=0.1) its retries ran out there: RETRY_EXC_ERR with
-        // no RoCE frame sent
-        d.resolve_av(&av, o.timeout).map_err(|e| format!("RC address of the peer: {e}"))?;
         let mtu = PathMtu::from_bytes(mtu).ok_or("bad MTU")?;
         let (a, m) = rtr_attr(av, mtu, Qpn::new(peer.qpn), Psn::new(peer.psn), 1, 12);
         verb("modify_qp RTR", d.modify_qp(qp, &a, m))?;
